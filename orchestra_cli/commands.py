@@ -1,0 +1,3 @@
+"""Imports every command module so each registers its commands on the app."""
+
+from orchestra_cli import ask, stage  # noqa: F401

@@ -1,0 +1,55 @@
+"""Entry point of the `orchestra` command.
+
+Each command group lives in its own module and registers itself on `app`; heavy libraries are
+imported inside the commands so `orchestra --help` stays fast. Errors derived from
+`OrchestraError` are printed as one line (no traceback) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from toolorchestra.core.errors import OrchestraError
+
+app = typer.Typer(
+    name="orchestra",
+    help="Train and ship tool orchestrators (ToolOrchestra) as an MLOps pipeline.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = Console(stderr=True)
+
+
+def _register_commands() -> None:
+    # Imported for their side effect of adding commands to `app`.
+    from orchestra_cli import commands  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register_commands()
+    try:
+        app(args=argv, standalone_mode=False)
+    except OrchestraError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        err_console.print("aborted")
+        return 130
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

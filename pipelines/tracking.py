@@ -1,0 +1,114 @@
+"""MLflow wiring shared by the stage runner and the flows: experiment, runs, lineage tags.
+
+MLflow is imported inside the functions (it costs seconds at import).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolorchestra.core.settings import Settings
+
+PARENT_RUN_ENV = "ORCHESTRA_PARENT_RUN_ID"
+FLOW_RUN_ENV = "ORCHESTRA_FLOW_RUN_ID"
+
+
+def configure(settings: Settings) -> str:
+    """Point MLflow at the settings' tracking URI; return the experiment id (created if new)."""
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if settings.mlflow.s3_endpoint_url or settings.s3_endpoint_url:
+        os.environ.setdefault("MLFLOW_S3_ENDPOINT_URL", settings.mlflow.s3_endpoint_url or settings.s3_endpoint_url or "")
+    if settings.tracking_uri.startswith("sqlite:///"):
+        Path(settings.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(settings.tracking_uri)
+    experiment = mlflow.get_experiment_by_name(settings.mlflow.experiment)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return mlflow.create_experiment(settings.mlflow.experiment, artifact_location=settings.artifact_root)
+    except Exception:  # created concurrently by another process
+        experiment = mlflow.get_experiment_by_name(settings.mlflow.experiment)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def git_commit(workspace: Path) -> tuple[str, bool]:
+    """(commit sha, dirty) of the workspace; ("unknown", True) outside git."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workspace, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=workspace,
+                                capture_output=True, text=True, check=True, timeout=30).stdout
+        return sha, bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", True
+
+
+def read_lock(workspace: Path) -> dict[str, Any]:
+    lock = workspace / "dvc.lock"
+    if not lock.exists():
+        return {}
+    try:
+        return yaml.safe_load(lock.read_text()) or {}
+    except yaml.YAMLError:
+        return {}
+
+
+def _md5(entry: dict[str, Any]) -> str | None:
+    return entry.get("md5") or entry.get("etag") or entry.get("checksum")
+
+
+def input_hashes(workspace: Path, stage: str, deps: list[str]) -> dict[str, str]:
+    """md5 of each input as dvc.lock records it.
+
+    An input produced by another stage takes that stage's `outs` entry (written when it ran, so
+    current); a raw input takes this stage's own `deps` entry (from its previous run).
+    """
+    stages = read_lock(workspace).get("stages", {}) or {}
+    produced = {o["path"]: _md5(o) for s in stages.values() for o in (s.get("outs") or []) if "path" in o}
+    own = {d["path"]: _md5(d) for d in (stages.get(stage, {}).get("deps") or []) if "path" in d}
+    hashes = {}
+    for dep in deps:
+        md5 = produced.get(dep) or own.get(dep)
+        if md5:
+            hashes[dep] = md5
+    return hashes
+
+
+def flatten(prefix: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(f"{prefix}.{key}" if prefix else str(key), item))
+        return out
+    return {prefix: value}
+
+
+@contextlib.contextmanager
+def stage_run(settings: Settings, stage: str, *, params: dict[str, Any], deps: list[str]) -> Iterator[Any]:
+    """An MLflow run for one stage, child of the flow's run when `ORCHESTRA_PARENT_RUN_ID` is set."""
+    import mlflow
+
+    experiment_id = configure(settings)
+    sha, dirty = git_commit(settings.workspace)
+    tags = {"orchestra.stage": stage, "mlflow.source.git.commit": sha, "git.commit": sha, "git.dirty": str(dirty)}
+    for path, md5 in input_hashes(settings.workspace, stage, deps).items():
+        tags[f"dvc.dep.{path}"] = md5
+    if os.environ.get(FLOW_RUN_ENV):
+        tags["prefect.flow_run_id"] = os.environ[FLOW_RUN_ENV]
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    with mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent, tags=tags) as run:
+        flat = {k: v for k, v in flatten("", params).items()}
+        # MLflow caps a param value at 6000 characters; long lists are summarised.
+        mlflow.log_params({k: (str(v)[:500]) for k, v in flat.items()})
+        yield run

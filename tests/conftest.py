@@ -1,0 +1,54 @@
+"""Suite-wide test settings: no telemetry, no hub downloads, deterministic threads."""
+
+from __future__ import annotations
+
+import os
+
+for _key, _value in {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DVC_NO_ANALYTICS": "1",
+    "GX_ANALYTICS_ENABLED": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The real SmolLM2-135M-Instruct as a transformers folder (converted once, then cached in
+    the repo's git-ignored state folder, as a user's first run does)."""
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.llm.smollm2 import ensure_converted
+
+    return ensure_converted(Settings(workspace=REPO).models_cache)
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(smollm2_dir: Path):
+    """A random-weight model of SmolLM2's architecture (Llama) with the real tokenizer and chat
+    template: fast, and exercises the same code paths as the real model."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from toolorchestra.llm.local import LocalLLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    return LocalLLM.from_model(LlamaForCausalLM(config), tokenizer, name="tiny-llama")

@@ -1,0 +1,1 @@
+"""ToolOrchestra: train and ship tool orchestrators."""

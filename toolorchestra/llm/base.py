@@ -1,0 +1,92 @@
+"""One interface for every LLM backend, and what a call reports.
+
+`LLM.chat(messages, tools=...)` takes OpenAI-style chat messages (dicts with `role`, `content`,
+and for assistant turns optionally `tool_calls`) and OpenAI function-tool schemas, and returns a
+`Completion` with the text, any structured tool calls the server parsed, token counts and wall
+latency. Prices are not here: callers price `usage` from the tool catalog.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from toolorchestra.core.errors import OrchestraError
+
+Message = dict[str, Any]
+"""An OpenAI-style chat message."""
+
+
+class LLMError(OrchestraError):
+    """An LLM call failed after its retries (endpoint down, timeout, bad response)."""
+
+
+class Usage(BaseModel):
+    """Token counts of one or more LLM calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ToolCallRequest(BaseModel):
+    """A tool call as a server parsed it (OpenAI `tool_calls`); `arguments` is the raw JSON text."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+class Completion(BaseModel):
+    text: str
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    """Structured calls when the backend parses them (OpenAI-compatible servers); otherwise empty
+    and the caller parses Hermes `<tool_call>` blocks from `text`."""
+    usage: Usage = Field(default_factory=Usage)
+    latency_s: float = 0.0
+    model: str = ""
+    finish_reason: str | None = None
+
+
+class LLM(ABC):
+    """A chat model. Implementations: `local` (transformers) and `openai` (HTTP)."""
+
+    model: str
+
+    @abstractmethod
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> Completion:
+        """One chat completion. Raises `LLMError` when the backend fails after retries."""
+
+    def chat_batch(
+        self,
+        batch: list[list[Message]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """Several independent chats; backends that can batch override this."""
+        return [
+            self.chat(m, tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)
+            for m in batch
+        ]

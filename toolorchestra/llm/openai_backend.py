@@ -1,0 +1,131 @@
+"""Any OpenAI-compatible chat endpoint (vLLM `serve`, llama.cpp's server, hosted APIs).
+
+Uses the official `openai` client with its own retries switched off and tenacity around each call:
+exponential backoff on 429, 5xx, timeouts and connection errors; other 4xx fail at once. The API
+key is read from the environment variable the config names, never stored or logged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from toolorchestra.llm.base import LLM, Completion, LLMError, Message, ToolCallRequest, Usage
+
+TOOL_RESPONSE = "<tool_response>\n{}\n</tool_response>"
+
+
+def _transient(exc: BaseException) -> bool:
+    import openai
+
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+        return True
+    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+
+
+def to_wire_messages(messages: list[Message]) -> list[Message]:
+    """Adapt our transcript for an OpenAI server.
+
+    A tool result without a `tool_call_id` answers a call the model wrote as text (the server did
+    not parse it), so it is sent as a user turn with a `<tool_response>` block, as Hermes-style
+    templates render it; structured calls keep their ids.
+    """
+    wire = []
+    for message in messages:
+        if message.get("role") == "tool" and not message.get("tool_call_id"):
+            wire.append({"role": "user", "content": TOOL_RESPONSE.format(message.get("content", ""))})
+        else:
+            wire.append(message)
+    return wire
+
+
+class OpenAILLM(LLM):
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_attempts: int = 4,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+    ) -> None:
+        import openai
+
+        self.model = model
+        self.base_url = base_url
+        self._api_key = api_key
+        # Servers without auth (local vLLM / llama.cpp) still need a non-empty key for the client.
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
+        )
+        self._retry = dict(
+            stop=stop_after_attempt(max_attempts),
+            wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s),
+            retry=retry_if_exception(_transient),
+            reraise=False,
+        )
+
+    def _redact(self, text: str) -> str:
+        """Servers may echo the key in error bodies; never let it reach a log or observation."""
+        if self._api_key and len(self._api_key) >= 4:
+            text = text.replace(self._api_key, "***")
+        return text
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_wire_messages(messages),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if tools:
+            request["tools"] = tools
+        if seed is not None:
+            request["seed"] = seed
+        started = time.perf_counter()
+        try:
+            for attempt in Retrying(**self._retry):
+                with attempt:
+                    response = self._client.chat.completions.create(**request)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise LLMError(
+                self._redact(
+                    f"{self.model} at {self.base_url or 'the default endpoint'} failed after "
+                    f"{exc.last_attempt.attempt_number} attempts: {type(last).__name__}: {last}"
+                )
+            ) from None
+        except Exception as exc:  # non-transient API errors (400, 401, 404, ...)
+            where = self.base_url or "the default endpoint"
+            raise LLMError(self._redact(f"{self.model} at {where}: {type(exc).__name__}: {exc}")) from None
+        latency = time.perf_counter() - started
+        if not response.choices:
+            raise LLMError(f"{self.model} returned no choices")
+        choice = response.choices[0]
+        calls = [
+            ToolCallRequest(name=c.function.name, arguments=c.function.arguments or "{}", id=c.id)
+            for c in (choice.message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        usage = response.usage
+        return Completion(
+            text=(choice.message.content or "").strip(),
+            tool_calls=calls,
+            usage=Usage(
+                prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            ),
+            latency_s=latency,
+            model=response.model or self.model,
+            finish_reason=choice.finish_reason,
+        )

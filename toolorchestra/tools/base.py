@@ -1,0 +1,60 @@
+"""The interface every tool implements, and what a call returns.
+
+A tool takes JSON arguments (already validated against its JSON schema by the caller) and returns
+a `ToolOutput`: the observation text the orchestrator reads, plus accounting. A tool never prices
+itself: it reports the tokens each model used (keyed by the catalog's model alias) and the caller
+prices them from the catalog, so prices come from one place.
+
+A tool signals a problem the model can react to (bad input, not configured, a timeout) by raising
+`ToolError`; the agent loop turns it into an error observation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from toolorchestra.core.errors import OrchestraError
+from toolorchestra.llm.base import Usage
+
+__all__ = ["Tool", "ToolError", "ToolOutput", "Usage"]
+
+
+class ToolError(OrchestraError):
+    """A tool call failed in a way the orchestrator should see as an observation."""
+
+
+class ToolOutput(BaseModel):
+    content: str
+    """The observation shown to the orchestrator."""
+    ok: bool = True
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    """Tokens used inside the tool, per catalog model alias (empty for non-LLM tools)."""
+    data: Any = None
+    """Structured result for the caller (e.g. the final answer), never shown to the model."""
+
+
+class Tool(ABC):
+    """A callable tool with an OpenAI-style function schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments object."""
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI / Hermes function-tool schema shown to the model."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    @abstractmethod
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
+        """Execute with validated arguments. Raise `ToolError` for problems the model should see."""

@@ -1,0 +1,217 @@
+"""The tool catalog: every tool and model the orchestrator may use, with prices and latencies.
+
+A catalog is a YAML (or JSON) file:
+
+    models:                      # aliases the LLM tools can route to
+      smollm2: {backend: {kind: local}, price: {input_per_mtok: 0.02, output_per_mtok: 0.02}}
+    policy: smollm2              # the default orchestrator model (an alias above)
+    tools:
+      - name: code_interpreter
+        kind: code               # search | code | domain | llm (the paper's categories)
+        backend: {type: code_interpreter, wall_time_s: 10}
+        price: {per_call: 0.0001}
+        latency_s: 0.3
+
+Prices live here and only here: tools report tokens per model alias, the toolbox prices them.
+Relative paths inside a catalog (e.g. a search corpus) resolve against the catalog file's folder.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.llm.base import Usage
+from toolorchestra.llm.config import LLMConfig, LocalLLMConfig
+from toolorchestra.tools.embeddings import EmbedderConfig, LocalEmbedderConfig
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(BaseModel):
+    """USD prices. Tokens are priced per million, like every provider's price list."""
+
+    model_config = _STRICT
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+    per_call: float = Field(0.0, ge=0)
+    per_second: float = Field(0.0, ge=0)
+
+    def tokens_cost(self, usage: Usage) -> float:
+        return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
+
+    def scaled(self, factor: float) -> Price:
+        return Price(**{k: v * factor for k, v in self.model_dump().items()})
+
+
+class ModelEntry(BaseModel):
+    model_config = _STRICT
+
+    backend: LLMConfig = Field(default_factory=LocalLLMConfig)
+    price: Price = Price()
+    latency_s: float = Field(1.0, ge=0, description="typical seconds per call")
+    description: str = ""
+
+
+class CodeInterpreterBackend(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["code_interpreter"] = "code_interpreter"
+    wall_time_s: float = Field(10.0, gt=0)
+    memory_mb: int = Field(512, ge=64)
+    max_output_bytes: int = Field(8000, ge=256)
+
+
+class LocalSearchBackend(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["local_search"] = "local_search"
+    documents: str = Field(description="folder of .txt/.md/.jsonl documents")
+    embedder: EmbedderConfig = Field(default_factory=LocalEmbedderConfig)
+    chunk_chars: int = Field(800, ge=50)
+    chunk_overlap: int = Field(100, ge=0)
+
+
+class WebSearchBackend(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["web_search"] = "web_search"
+    api_key_env: str = "TAVILY_API_KEY"
+    base_url: str = "https://api.tavily.com"
+    timeout_s: float = Field(15.0, gt=0)
+
+
+class ExpertBackend(BaseModel):
+    """An LLM used as a tool; the call's `model` argument picks one of `models`.
+
+    Roles (the paper's QA tools): `answer` (the expert answers; ends the episode), `reason`
+    (`enhance_reasoning`: the expert writes Python that the code interpreter runs), `search` (the
+    expert writes a query for the `retrieval` tool), `ask` (a plain question to the expert).
+    """
+
+    model_config = _STRICT
+
+    type: Literal["expert"] = "expert"
+    role: Literal["answer", "reason", "search", "ask"]
+    models: list[str] = Field(min_length=1)
+    retrieval: str | None = Field(None, description="name of the search tool a `search` expert queries")
+    max_tokens: int = Field(256, ge=1)
+
+
+ToolBackend = Annotated[
+    CodeInterpreterBackend | LocalSearchBackend | WebSearchBackend | ExpertBackend,
+    Field(discriminator="type"),
+]
+
+
+class ToolEntry(BaseModel):
+    model_config = _STRICT
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+    kind: Literal["search", "code", "domain", "llm"]
+    description: str = ""
+    backend: ToolBackend
+    parameters: dict[str, Any] | None = Field(None, description="JSON schema; default: the backend's")
+    price: Price = Price()
+    latency_s: float = Field(0.5, ge=0)
+    stats: dict[str, Any] = Field(default_factory=dict, description="measured behaviour (describe stage)")
+
+
+class Catalog(BaseModel):
+    model_config = _STRICT
+
+    models: dict[str, ModelEntry] = Field(default_factory=dict)
+    policy: str | None = Field(None, description="default orchestrator model alias")
+    tools: list[ToolEntry] = Field(default_factory=list)
+    base_dir: Path | None = Field(None, exclude=True, description="folder relative paths resolve against")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Catalog:
+        names = [t.name for t in self.tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool names {duplicates}: each tool needs a unique name")
+        if self.policy is not None and self.policy not in self.models:
+            raise ValueError(f"policy {self.policy!r} is not a model alias; known: {sorted(self.models)}")
+        for tool in self.tools:
+            backend = tool.backend
+            if isinstance(backend, ExpertBackend):
+                missing = [m for m in backend.models if m not in self.models]
+                if missing:
+                    raise ValueError(
+                        f"tool {tool.name!r} routes to unknown models {missing}; known: {sorted(self.models)}"
+                    )
+                if backend.role == "search" and backend.retrieval not in names:
+                    raise ValueError(
+                        f"tool {tool.name!r} is a search expert: set `retrieval` to one of {names}"
+                    )
+        return self
+
+    def tool(self, name: str) -> ToolEntry:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        raise KeyError(name)
+
+    def resolve(self, path: str) -> Path:
+        candidate = Path(path).expanduser()
+        if candidate.is_absolute() or self.base_dir is None:
+            return candidate
+        return self.base_dir / candidate
+
+    def subset(self, names: list[str]) -> Catalog:
+        """The catalog restricted to some tools (models kept)."""
+        return self.model_copy(update={"tools": [t for t in self.tools if t.name in set(names)]})
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return loc or "<root>", f"{err['msg']}{more}"
+
+
+def parse_catalog(data: Any, *, source: str | Path, base_dir: Path | None = None) -> Catalog:
+    if not isinstance(data, dict):
+        raise ConfigError(source, f"a catalog must be a mapping with `models` and `tools`, got {type(data).__name__}")
+    try:
+        return Catalog.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as exc:
+        key, reason = _first_error(exc)
+        raise ConfigError(source, reason, key=key) from None
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    """Load and validate a catalog file; any problem is a one-line `ConfigError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read catalog: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            reason = f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {getattr(exc, 'problem', reason)}"
+        raise ConfigError(path, reason) from None
+    return parse_catalog(data, source=path, base_dir=path.parent.resolve())
+
+
+def embedded_catalog_path() -> Path:
+    return Path(str(resources.files("toolorchestra.tools").joinpath("catalogs/embedded.yaml")))
+
+
+def load_embedded_catalog() -> Catalog:
+    return load_catalog(embedded_catalog_path())

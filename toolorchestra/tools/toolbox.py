@@ -1,0 +1,197 @@
+"""The toolbox: builds a catalog's tools and runs calls safely, with timing and pricing.
+
+`Toolbox.call(name, arguments)` never raises for anything the model did or any tool failure: an
+unknown tool, arguments that fail the JSON schema, a `ToolError`, an LLM endpoint that fails
+after its retries, or an unexpected exception all come back as an error observation the model can
+react to. Each call is timed and priced from the catalog: the tool's per-call and per-second
+prices plus the tokens of every model it used, at that model's catalog price.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, Field
+
+from toolorchestra.core.settings import Settings
+from toolorchestra.llm.base import LLM, LLMError, Usage
+from toolorchestra.tools.base import Tool, ToolError
+from toolorchestra.tools.catalog import (
+    Catalog,
+    CodeInterpreterBackend,
+    ExpertBackend,
+    LocalSearchBackend,
+    Price,
+    ToolEntry,
+    WebSearchBackend,
+)
+from toolorchestra.tools.experts import EpisodeContext, ExpertTool
+
+MAX_OBSERVATION_CHARS = 4000
+
+
+class CallResult(BaseModel):
+    """The outcome of one tool call, as the agent loop records it."""
+
+    observation: str
+    ok: bool
+    error: str | None = Field(None, description="error kind: unknown_tool, invalid_arguments, tool_error, llm_error, crash")
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    data: Any = None
+
+
+def _truncate(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... [truncated {len(text) - limit} characters]"
+
+
+class Toolbox:
+    """Named tools with their prices; one per episode or shared (tools are stateless per call)."""
+
+    def __init__(self, tools: Iterable[Tool], *, prices: dict[str, Price] | None = None,
+                 model_prices: dict[str, Price] | None = None) -> None:
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self.tools:
+                raise ValueError(f"duplicate tool name {tool.name!r}")
+            self.tools[tool.name] = tool
+        self.prices = prices or {}
+        self.model_prices = model_prices or {}
+        self._validators = {
+            name: jsonschema.Draft202012Validator(tool.parameters) for name, tool in self.tools.items()
+        }
+
+    def with_tools(self, extra: Iterable[Tool], prices: dict[str, Price] | None = None) -> Toolbox:
+        """A toolbox with more tools (e.g. a domain's), sharing this one's tools and prices."""
+        return Toolbox([*self.tools.values(), *extra], prices={**self.prices, **(prices or {})},
+                       model_prices=self.model_prices)
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [tool.spec() for tool in self.tools.values()]
+
+    def price(self, tool: str, latency_s: float, usage: dict[str, Usage]) -> float:
+        price = self.prices.get(tool, Price())
+        cost = price.per_call + price.per_second * latency_s
+        for alias, used in usage.items():
+            cost += self.model_prices.get(alias, Price()).tokens_cost(used)
+        return cost
+
+    def call(self, name: str, arguments: dict[str, Any], context: EpisodeContext | None = None) -> CallResult:
+        tool = self.tools.get(name)
+        if tool is None:
+            return CallResult(
+                observation=f"Error: unknown tool {name!r}. Available tools: {', '.join(sorted(self.tools))}.",
+                ok=False, error="unknown_tool",
+            )
+        problems = sorted(self._validators[name].iter_errors(arguments), key=lambda e: list(e.path))
+        if problems:
+            detail = "; ".join(
+                f"{'/'.join(map(str, p.path)) or 'arguments'}: {p.message}" for p in problems[:3]
+            )
+            return CallResult(observation=f"Error: invalid arguments for {name!r}: {detail}.",
+                              ok=False, error="invalid_arguments")
+        started = time.perf_counter()
+        usage: dict[str, Usage] = {}
+        try:
+            if isinstance(tool, ExpertTool):
+                output = tool.run_in_context(arguments, context)
+            else:
+                output = tool.run(arguments)
+            usage = output.usage
+            result = CallResult(observation=_truncate(output.content), ok=output.ok, usage=usage,
+                                data=output.data, error=None if output.ok else "tool_error")
+        except ToolError as exc:
+            result = CallResult(observation=f"Error: {name}: {exc}", ok=False, error="tool_error")
+        except LLMError as exc:
+            result = CallResult(observation=f"Error: {name}: model call failed: {exc}", ok=False, error="llm_error")
+        except Exception as exc:  # a tool bug must not end the episode
+            result = CallResult(observation=f"Error: {name} failed: {type(exc).__name__}: {exc}",
+                                ok=False, error="crash")
+        latency = time.perf_counter() - started
+        result.latency_s = latency
+        result.cost_usd = self.price(name, latency, usage)
+        return result
+
+
+def build_toolbox(
+    catalog: Catalog,
+    settings: Settings,
+    *,
+    llm_for: Callable[[str], LLM] | None = None,
+    only: Iterable[str] | None = None,
+) -> Toolbox:
+    """Instantiate the catalog's tools (or those named in `only`).
+
+    `llm_for(alias)` returns the backend of a catalog model; by default it is built from the
+    catalog's backend config (local models are loaded once per process).
+    """
+    from toolorchestra.llm.config import build_llm
+
+    if llm_for is None:
+        def llm_for(alias: str) -> LLM:
+            return build_llm(catalog.models[alias].backend, settings)
+
+    wanted = set(only) if only is not None else {t.name for t in catalog.tools}
+    unknown = wanted - {t.name for t in catalog.tools}
+    if unknown:
+        raise ValueError(f"tools {sorted(unknown)} are not in the catalog; known: {[t.name for t in catalog.tools]}")
+    built: dict[str, Tool] = {}
+
+    def build(entry: ToolEntry) -> Tool:
+        if entry.name in built:
+            return built[entry.name]
+        backend = entry.backend
+        tool: Tool
+        if isinstance(backend, CodeInterpreterBackend):
+            from toolorchestra.tools.code_interpreter import CodeInterpreter, SandboxLimits
+
+            tool = CodeInterpreter(limits=SandboxLimits(
+                wall_time_s=backend.wall_time_s, memory_mb=backend.memory_mb,
+                max_output_bytes=backend.max_output_bytes))
+        elif isinstance(backend, LocalSearchBackend):
+            from toolorchestra.tools.local_search import LocalSearch, LocalSearchConfig
+
+            tool = LocalSearch.from_config(LocalSearchConfig(
+                docs_dir=catalog.resolve(backend.documents), cache_dir=settings.state / "search-index",
+                embedder=backend.embedder, chunk_chars=backend.chunk_chars,
+                chunk_overlap=backend.chunk_overlap))
+        elif isinstance(backend, WebSearchBackend):
+            from toolorchestra.tools.web_search import WebSearch, WebSearchConfig
+
+            tool = WebSearch(WebSearchConfig(api_key_env=backend.api_key_env, base_url=backend.base_url,
+                                             timeout_s=backend.timeout_s))
+        elif isinstance(backend, ExpertBackend):
+            helpers: dict[str, Tool] = {}
+            if backend.role == "reason":
+                code_entry = next((t for t in catalog.tools if isinstance(t.backend, CodeInterpreterBackend)), None)
+                helpers["run_code"] = build(code_entry) if code_entry else _default_code_interpreter()
+            if backend.role == "search":
+                helpers["retrieval"] = build(catalog.tool(backend.retrieval or ""))
+            tool = ExpertTool(entry.name, entry.description, backend.role,
+                              {alias: llm_for(alias) for alias in backend.models},
+                              max_tokens=backend.max_tokens, parameters=entry.parameters, **helpers)
+        else:  # pragma: no cover - the union is closed
+            raise TypeError(f"unsupported backend {backend!r}")
+        if entry.description:
+            tool.description = entry.description
+        if entry.parameters and not isinstance(tool, ExpertTool):
+            tool.parameters = entry.parameters
+        built[entry.name] = tool
+        return tool
+
+    tools = [build(catalog.tool(name)) for name in [t.name for t in catalog.tools if t.name in wanted]]
+    return Toolbox(
+        tools,
+        prices={t.name: t.price for t in catalog.tools},
+        model_prices={alias: m.price for alias, m in catalog.models.items()},
+    )
+
+
+def _default_code_interpreter() -> Tool:
+    from toolorchestra.tools.code_interpreter import CodeInterpreter
+
+    return CodeInterpreter()
