@@ -116,7 +116,9 @@ class Orchestrator:
         kwargs = dict(tools=specs, max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed)
         try:
             return list(self.policy.chat_batch([e.messages for e in active], **kwargs))
-        except LLMError:
+        except LLMError as exc:
+            if len(active) == 1:  # the backend already retried; this episode's policy failed
+                return [exc]
             # Retry one by one so a single failing request does not sink the whole batch.
             results: list[Completion | LLMError] = []
             for episode in active:

@@ -1,0 +1,136 @@
+"""The stage runner: parameters, atomic outputs, MLflow lineage tags."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import yaml
+
+from pipelines._stage import StageParams
+from pipelines.runner import run_stage
+from toolorchestra.core.errors import ConfigError, OrchestraError
+from toolorchestra.core.settings import Settings
+
+
+class Params(StageParams):
+    factor: int = 2
+    seed: int = 0
+    fail: bool = False
+
+
+def fake_run(params, paths):
+    text = (paths.deps["source"]).read_text()
+    (paths.outs["table"]).write_text(text * params.factor)
+    (paths.outs["folder"] / "part.json").write_text(json.dumps({"seed": params.seed}))
+    if params.fail:
+        raise RuntimeError("crashed mid-stage")
+    return {"rows": 3, "ratio": 0.5}
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    module = types.ModuleType("pipelines.fakestage")
+    module.Params, module.run = Params, fake_run
+    monkeypatch.setitem(sys.modules, "pipelines.fakestage", module)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "source.txt").write_text("abc")
+    write_params(tmp_path, {})
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"],
+                   cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def write_params(root, extra):
+    section = {"deps": {"source": "data/source.txt"}, "outs": {"table": "out/table.txt", "folder": "out/parts"}, **extra}
+    (root / "params.yaml").write_text(yaml.safe_dump({"base": {"seed": 7}, "fakestage": section}))
+
+
+def settings(root):
+    return Settings(workspace=root)
+
+
+def test_outputs_move_into_place_and_base_keys_are_passed(workspace):
+    metrics = run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    assert metrics["rows"] == 3.0 and metrics["stage_seconds"] > 0
+    assert (workspace / "out/table.txt").read_text() == "abcabc"
+    assert json.loads((workspace / "out/parts/part.json").read_text()) == {"seed": 7}
+    assert not list((workspace / "out").glob(".*staging*"))
+
+
+def test_a_crash_mid_stage_leaves_previous_outputs_untouched(workspace):
+    run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    write_params(workspace, {"factor": 3, "fail": True})
+    with pytest.raises(RuntimeError, match="crashed mid-stage"):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    assert (workspace / "out/table.txt").read_text() == "abcabc"  # the old, complete output
+    assert not list((workspace / "out").glob(".*staging*"))
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"factor": "many"}, "fakestage.factor: Input should be a valid integer"),
+        ({"surprise": 1}, "fakestage.surprise: Extra inputs are not permitted"),
+    ],
+)
+def test_broken_params_name_file_key_and_reason(workspace, extra, needle):
+    write_params(workspace, extra)
+    with pytest.raises(ConfigError) as info:
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    assert str(workspace / "params.yaml") in str(info.value) and needle in str(info.value)
+
+
+def test_invalid_yaml_and_unknown_stage(workspace):
+    (workspace / "params.yaml").write_text("fakestage: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML at line"):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    with pytest.raises(ConfigError, match="no stage 'nosuchstage'"):
+        run_stage("nosuchstage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    with pytest.raises(ConfigError, match="not a stage name"):
+        run_stage("runner", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+
+
+def test_missing_input_is_reported_before_running(workspace):
+    (workspace / "data" / "source.txt").unlink()
+    with pytest.raises(ConfigError, match="inputs do not exist: source=data/source.txt"):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+
+
+def test_non_numeric_metrics_are_rejected(workspace, monkeypatch):
+    monkeypatch.setattr(sys.modules["pipelines.fakestage"], "run", lambda p, paths: {"x": float("nan")})
+    with pytest.raises(OrchestraError, match="'x' is not a finite number"):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+
+
+def test_mlflow_child_run_with_lineage_tags(workspace, monkeypatch):
+    import mlflow
+
+    (workspace / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {
+        "upstream": {"cmd": "x", "outs": [{"path": "data/source.txt", "hash": "md5", "md5": "0123abcd"}]},
+    }}))
+    s = settings(workspace)
+    mlflow.set_tracking_uri(s.tracking_uri)
+    from pipelines.tracking import configure
+
+    experiment = configure(s)
+    with mlflow.start_run(experiment_id=experiment, run_name="flow") as parent:
+        parent_id = parent.info.run_id
+    monkeypatch.setenv("ORCHESTRA_PARENT_RUN_ID", parent_id)
+    monkeypatch.setenv("ORCHESTRA_FLOW_RUN_ID", "flow-run-42")
+    run_stage("fakestage", params_file=workspace / "params.yaml", settings=s)
+    runs = mlflow.search_runs([experiment], filter_string="tags.`orchestra.stage` = 'fakestage'", output_format="list")
+    assert len(runs) == 1
+    run = runs[0]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workspace, capture_output=True, text=True).stdout.strip()
+    assert run.data.tags["git.commit"] == head
+    assert run.data.tags["dvc.dep.data/source.txt"] == "0123abcd"
+    assert run.data.tags["mlflow.parentRunId"] == parent_id
+    assert run.data.tags["prefect.flow_run_id"] == "flow-run-42"
+    assert run.data.params["factor"] == "2" and run.data.params["seed"] == "7"
+    assert run.data.metrics["rows"] == 3.0
+    assert str(workspace / ".orchestra") in run.info.artifact_uri

@@ -1,0 +1,189 @@
+"""The orchestrator loop driven by a scripted policy through every failure path."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from toolorchestra.agent.loop import Orchestrator
+from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.llm.base import LLM, Completion, LLMError, ToolCallRequest, Usage
+from toolorchestra.llm.hermes import format_tool_call
+from toolorchestra.tools.base import Tool, ToolError, ToolOutput
+from toolorchestra.tools.catalog import Price
+from toolorchestra.tools.experts import ExpertTool
+from toolorchestra.tools.toolbox import Toolbox
+
+
+class ScriptedLLM(LLM):
+    """Plays back fixed replies (text, or an exception to raise), recording what it was shown."""
+
+    def __init__(self, replies, model="scripted"):
+        self.replies, self.model, self.seen = list(replies), model, []
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+        self.seen.append([dict(m) for m in messages])
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, Completion):
+            return reply
+        return Completion(text=reply, usage=Usage(prompt_tokens=100, completion_tokens=10), latency_s=0.01, model=self.model)
+
+
+class Add(Tool):
+    name, description = "add", "add two integers"
+    parameters = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                  "required": ["a", "b"], "additionalProperties": False}
+
+    def run(self, arguments):
+        return ToolOutput(content=str(arguments["a"] + arguments["b"]))
+
+
+class Broken(Tool):
+    name, description = "broken", "always fails"
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def run(self, arguments):
+        raise self.exc
+
+
+class Slow(Tool):
+    name, description = "slow", "takes a while"
+    parameters = {"type": "object", "properties": {}}
+
+    def run(self, arguments):
+        time.sleep(0.05)
+        return ToolOutput(content="done")
+
+
+def call(name, **arguments):
+    return format_tool_call(name, arguments)
+
+
+def run(replies, tools=None, **kw):
+    toolbox = Toolbox(tools or [Add()], prices={"add": Price(per_call=0.01)})
+    policy = ScriptedLLM(replies)
+    orch = Orchestrator(policy, toolbox, policy_price=Price(input_per_mtok=1.0, output_per_mtok=2.0), **kw)
+    return orch.run("What is 2 + 3?", "I care about cost."), policy
+
+
+def test_happy_path_records_call_observation_cost_and_answer():
+    traj, policy = run([call("add", a=2, b=3), "5"])
+    assert traj.answer == "5" and traj.stop_reason == "final_message"
+    first, last = traj.turns
+    assert (first.tool, first.arguments, first.observation, first.ok) == ("add", {"a": 2, "b": 3}, "5", True)
+    policy_cost = (100 * 1.0 + 10 * 2.0) / 1e6
+    assert first.cost_usd == pytest.approx(policy_cost + 0.01)
+    assert last.tool is None and last.observation is None and last.cost_usd == pytest.approx(policy_cost)
+    assert traj.cost_usd == pytest.approx(2 * policy_cost + 0.01)
+    assert traj.tool_calls == {"add": 1} and traj.format_valid
+    assert traj.metrics() == {"calls/add": 1.0, "cost": traj.cost_usd, "latency": traj.latency_s}
+    # the preference is appended to the task; the second turn saw the observation
+    assert policy.seen[0][1]["content"] == "What is 2 + 3?\n\nUser preference: I care about cost."
+    assert policy.seen[1][-1] == {"role": "tool", "content": "5"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "needle"),
+    [
+        ("<tool_call>{not json}</tool_call>", "malformed_call", "malformed tool call"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "malformed_call", 'missing "name"'),
+        (call("multiply", a=1, b=2), "unknown_tool", "Available tools: add"),
+        (call("add", a="two", b=3), "invalid_arguments", "a: 'two' is not of type 'integer'"),
+        (call("add", a=1), "invalid_arguments", "'b' is a required property"),
+        (call("add", a=1, b=2, c=3), "invalid_arguments", "Additional properties"),
+    ],
+)
+def test_model_errors_become_observations_and_the_model_can_recover(reply, error, needle):
+    traj, policy = run([reply, call("add", a=2, b=3), "5"])
+    bad = traj.turns[0]
+    assert bad.ok is False and bad.error == error and needle in bad.observation
+    assert traj.answer == "5" and traj.turns[1].ok
+    assert policy.seen[1][-1]["content"] == bad.observation  # the model saw the error
+    assert traj.format_valid is (error != "malformed_call")
+
+
+@pytest.mark.parametrize(
+    ("exc", "error"),
+    [
+        (ToolError("wall time of 10 s exceeded"), "tool_error"),
+        (LLMError("expert endpoint timed out after 4 attempts"), "llm_error"),
+        (ZeroDivisionError("division by zero"), "crash"),
+    ],
+)
+def test_tool_failures_and_timeouts_become_observations(exc, error):
+    traj, _ = run([call("broken"), "gave up"], tools=[Add(), Broken(exc)])
+    turn = traj.turns[0]
+    assert turn.error == error and str(exc) in turn.observation and not turn.ok
+    assert traj.answer == "gave up"
+
+
+def test_policy_endpoint_failure_ends_the_episode_without_raising():
+    traj, _ = run([call("add", a=1, b=1), LLMError("policy endpoint down")])
+    assert traj.stop_reason == "policy_error" and "policy endpoint down" in traj.error
+    assert traj.answer is None and len(traj.turns) == 1 and not traj.format_valid
+
+
+def test_max_turns_stops_a_model_that_never_answers():
+    traj, _ = run([call("add", a=1, b=1)] * 3, max_turns=3)
+    assert traj.stop_reason == "max_turns" and traj.answer is None and len(traj.turns) == 3
+
+
+def test_answer_tool_ends_the_episode_and_expert_tokens_are_priced():
+    expert = ScriptedLLM(["5"], model="expert")
+    answer = ExpertTool("answer", "final answer", "answer", {"big": expert})
+    toolbox = Toolbox([Add(), answer], model_prices={"big": Price(input_per_mtok=10.0, output_per_mtok=30.0)})
+    traj = Orchestrator(ScriptedLLM([call("add", a=2, b=3), call("answer", model="big")]), toolbox).run("2+3?")
+    assert traj.stop_reason == "answer_tool" and traj.answer == "5"
+    last = traj.turns[-1]
+    assert last.tool_usage["big"].prompt_tokens == 100
+    assert last.tool_cost_usd == pytest.approx((100 * 10 + 10 * 30) / 1e6)
+    assert traj.tokens["big"].completion_tokens == 10
+    # the expert saw the task and the evidence gathered so far
+    assert "2+3?" in expert.seen[0][1]["content"] and "[add] 5" in expert.seen[0][1]["content"]
+
+
+def test_unknown_expert_alias_is_rejected_by_the_schema():
+    answer = ExpertTool("answer", "d", "answer", {"big": ScriptedLLM([])})
+    traj = Orchestrator(ScriptedLLM([call("answer", model="huge"), "x"]), Toolbox([answer])).run("q")
+    assert traj.turns[0].error == "invalid_arguments" and "'huge' is not one of ['big']" in traj.turns[0].observation
+
+
+def test_structured_tool_calls_from_a_server_keep_their_ids():
+    structured = Completion(text="", tool_calls=[ToolCallRequest(name="add", arguments='{"a": 1, "b": 2}', id="c7")])
+    traj, policy = run([structured, "3"])
+    assert traj.turns[0].observation == "3"
+    assert policy.seen[1][-2]["tool_calls"][0]["id"] == "c7"
+    assert policy.seen[1][-1] == {"role": "tool", "content": "3", "tool_call_id": "c7"}
+
+
+def test_trajectory_json_round_trip_is_lossless():
+    traj, _ = run(["<tool_call>{bad</tool_call>", call("add", a=2, b=3), "5"])
+    again = Trajectory.from_json(traj.to_json())
+    assert again == traj
+    summary = json.loads(json.dumps(again.summary()))
+    assert {"answer", "turns", "cost_usd", "latency_s", "tokens"} <= set(summary)
+    assert all({"tool", "arguments", "observation", "cost_usd", "latency_s"} <= set(t) for t in summary["turns"])
+
+
+def test_batch_runs_episodes_in_lockstep_with_concurrent_tools():
+    class Batched(ScriptedLLM):
+        calls = 0
+
+        def chat_batch(self, batch, **kw):
+            Batched.calls += 1
+            return [self.chat(m, **kw) for m in batch]
+
+    policy = Batched([call("slow"), call("slow"), call("slow"), "a", "b", "c"])
+    orch = Orchestrator(policy, Toolbox([Slow()]))
+    started = time.perf_counter()
+    trajs = orch.run_batch([("t1", None), ("t2", None), ("t3", "cheap")])
+    assert [t.answer for t in trajs] == ["a", "b", "c"]
+    assert Batched.calls == 2  # one generation per turn for all episodes
+    assert time.perf_counter() - started < 0.14  # three 50 ms tool calls ran concurrently

