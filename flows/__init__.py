@@ -1,0 +1,1 @@
+"""Prefect flows: retrain (every stage), evaluate, promote. Wiring only: no data logic."""

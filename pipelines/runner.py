@@ -31,7 +31,7 @@ from toolorchestra.core.fs import atomic_write_json, replace_path
 from toolorchestra.core.settings import Settings, load_settings
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-NOT_STAGES = {"runner", "tracking"}
+NOT_STAGES = {"runner", "tracking", "graph", "lineage"}
 
 
 def load_params_file(path: Path) -> dict[str, Any]:
@@ -90,8 +90,10 @@ def stage_paths(params: StageParams, workspace: Path, stage: str) -> StagePaths:
     outs = {}
     for key, rel in params.outs.items():
         final = (workspace / rel).resolve()
+        # Leftovers of a run that was killed: never complete, never looked at again.
+        for stale in final.parent.glob(f".{final.name}.staging-*"):
+            _remove(stale)
         staging = final.with_name(f".{final.name}.staging-{os.getpid()}")
-        _remove(staging)
         staging.parent.mkdir(parents=True, exist_ok=True)
         if not final.suffix:
             staging.mkdir()
@@ -119,7 +121,25 @@ def _check_metrics(stage: str, metrics: Any) -> dict[str, float]:
 
 def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: Settings | None = None,
               track: bool = True) -> dict[str, float]:
+    """Run a stage and record its outcome in `.orchestra/stage-status/<name>.json` for the flow:
+    `invalid` for problems with parameters or data (`OrchestraError`), `crash` for the rest."""
+    from pipelines.graph import write_status
+
     params_file = Path(params_file).resolve()
+    workspace = (settings.workspace if settings else params_file.parent)
+    try:
+        metrics = _run_stage(name, params_file, settings, track)
+    except OrchestraError as exc:
+        write_status(workspace, name, ok=False, kind="invalid", message=str(exc))
+        raise
+    except BaseException as exc:
+        write_status(workspace, name, ok=False, kind="crash", message=f"{type(exc).__name__}: {exc}")
+        raise
+    write_status(workspace, name, ok=True, metrics=metrics)
+    return metrics
+
+
+def _run_stage(name: str, params_file: Path, settings: Settings | None, track: bool = True) -> dict[str, float]:
     settings = settings or load_settings(workspace=params_file.parent)
     module = stage_module(name)
     all_params = load_params_file(params_file)
@@ -158,3 +178,10 @@ def _commit_outputs(stage: str, paths: StagePaths, finals: dict[str, Path]) -> N
         raise OrchestraError(f"stage {stage!r} did not write outputs {missing}")
     for key, staging in paths.outs.items():
         replace_path(staging, finals[key])
+
+
+def check_all_params(params_file: Path, stages: list[str]) -> None:
+    """Validate every stage's parameters up front, so a broken file stops a flow before it starts."""
+    all_params = load_params_file(params_file)
+    for name in stages:
+        validate_params(name, stage_module(name), all_params, params_file)

@@ -112,3 +112,41 @@ def stage_run(settings: Settings, stage: str, *, params: dict[str, Any], deps: l
         # MLflow caps a param value at 6000 characters; long lists are summarised.
         mlflow.log_params({k: (str(v)[:500]) for k, v in flat.items()})
         yield run
+
+
+@contextlib.contextmanager
+def flow_run(settings: Settings, flow: str, *, flow_run_id: str | None = None,
+             params: dict[str, Any] | None = None) -> Iterator[Any]:
+    """The parent MLflow run of one flow run; stage runs started meanwhile become its children.
+
+    On exit the run gets the `dvc.lock` it produced (as an artifact and its md5 as a tag), so the
+    exact data versions stay findable even if that lock file is never committed.
+    """
+    import hashlib
+
+    import mlflow
+
+    experiment_id = configure(settings)
+    sha, dirty = git_commit(settings.workspace)
+    tags = {"orchestra.flow": flow, "git.commit": sha, "mlflow.source.git.commit": sha, "git.dirty": str(dirty)}
+    if flow_run_id:
+        tags["prefect.flow_run_id"] = flow_run_id
+    saved = {k: os.environ.get(k) for k in (PARENT_RUN_ENV, FLOW_RUN_ENV)}
+    with mlflow.start_run(experiment_id=experiment_id, run_name=flow, tags=tags) as run:
+        os.environ[PARENT_RUN_ENV] = run.info.run_id
+        if flow_run_id:
+            os.environ[FLOW_RUN_ENV] = flow_run_id
+        try:
+            if params:
+                mlflow.log_params({k: str(v)[:500] for k, v in flatten("", params).items()})
+            yield run
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            lock = settings.workspace / "dvc.lock"
+            if lock.exists():
+                mlflow.set_tag("dvc.lock.md5", hashlib.md5(lock.read_bytes()).hexdigest())
+                mlflow.log_artifact(str(lock))

@@ -1,0 +1,1 @@
+"""Prefect tasks, one per stage: retries, artifacts, links to MLflow. Wiring only."""

@@ -1,0 +1,43 @@
+"""Prefect artifacts and parent-run metrics summarising one flow run."""
+
+from __future__ import annotations
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from pipelines.graph import StageOutcome
+from toolorchestra.core.settings import Settings
+
+# Metrics that earn their own table when a stage reports them (by prefix).
+TABLES = {"filter": "filter-statistics", "eval": "evaluation-metrics"}
+
+
+def mlflow_run_link(settings: Settings, run_id: str) -> str:
+    return f"`{run_id}` (experiment `{settings.mlflow.experiment}`, tracking `{settings.tracking_uri}`)"
+
+
+def publish_summary(flow: str, outcomes: list[StageOutcome], parent_run_id: str, settings: Settings) -> None:
+    import mlflow
+
+    ran = [o for o in outcomes if o.ran]
+    lines = [
+        f"# {flow}: {len(ran)} stage(s) ran, {len(outcomes) - len(ran)} up to date",
+        "",
+        f"MLflow parent run: {mlflow_run_link(settings, parent_run_id)}",
+        "",
+        "| stage | status | seconds | key metrics |",
+        "| --- | --- | --- | --- |",
+    ]
+    parent_metrics: dict[str, float] = {"stages_ran": float(len(ran)), "stages_skipped": float(len(outcomes) - len(ran))}
+    for o in outcomes:
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in list(o.metrics.items())[:6])
+        lines.append(f"| {o.stage} | {'ran' if o.ran else 'skipped'} | {o.seconds:.1f} | {shown} |")
+        parent_metrics.update({f"{o.stage}.{k}": v for k, v in o.metrics.items()})
+    mlflow.log_metrics(parent_metrics, run_id=parent_run_id)
+    create_markdown_artifact(markdown="\n".join(lines), key=f"{flow}-summary", description=f"{flow} flow summary")
+    for prefix, key in TABLES.items():
+        rows = [
+            {"stage": o.stage, "metric": k, "value": v}
+            for o in outcomes for k, v in o.metrics.items() if k.startswith(prefix)
+        ]
+        if rows:
+            create_table_artifact(table=rows, key=key, description=f"{flow}: {key}")

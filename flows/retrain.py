@@ -1,0 +1,62 @@
+"""The retraining flow: every stage of dvc.yaml in dependency order, one Prefect task each.
+
+Stages come from the DVC graph, so a stage added to dvc.yaml joins the flow with no change here.
+Each flow run opens a parent MLflow run; each stage's run is its child. Stages run one at a time
+(DVC holds a repository lock). `evaluate` and `promote` are the same flow over a sub-graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+
+from flows.report import publish_summary
+from pipelines.graph import StageOutcome, push, stage_order
+from pipelines.runner import check_all_params
+from pipelines.tracking import flow_run as mlflow_flow_run
+from tasks.stage import run_stage
+from toolorchestra.core.settings import load_settings
+
+
+def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force: list[str] | None,
+               push_outputs: bool) -> list[StageOutcome]:
+    logger = get_run_logger()
+    root = Path(workspace).resolve()
+    settings = load_settings(workspace=root)
+    order = stage_order(root, targets)
+    check_all_params(root / "params.yaml", order)  # a broken params.yaml stops us before any stage
+    forced = set(force or [])
+    unknown = forced - set(order)
+    if unknown:
+        raise ValueError(f"--force names stages not in this flow: {sorted(unknown)}; stages: {order}")
+    outcomes: list[StageOutcome] = []
+    with mlflow_flow_run(settings, flow_name, flow_run_id=str(flow_run.get_id() or ""),
+                         params={"stages": ",".join(order), "force": ",".join(sorted(forced))}) as parent:
+        for name in order:
+            outcome = run_stage.with_options(task_run_name=name)(name, str(root), force=name in forced)
+            logger.info("%s: %s", name, f"ran in {outcome.seconds:.1f}s" if outcome.ran else "up to date, skipped")
+            outcomes.append(outcome)
+        pushed = push(root) if push_outputs else "not pushed"
+        logger.info("dvc push: %s", pushed)
+        publish_summary(flow_name, outcomes, parent.info.run_id, settings)
+    return outcomes
+
+
+@flow(name="retrain", log_prints=True)
+def retrain(workspace: str = ".", force: list[str] | None = None, push_outputs: bool = True) -> list[StageOutcome]:
+    """Run every stage of the pipeline that is out of date (or forced)."""
+    return run_stages("retrain", workspace, None, force, push_outputs)
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(workspace: str = ".", force: list[str] | None = None, push_outputs: bool = True) -> list[StageOutcome]:
+    """The `evaluate` stage and whatever it needs that is out of date."""
+    return run_stages("evaluate", workspace, ["evaluate"], force, push_outputs)
+
+
+@flow(name="promote", log_prints=True)
+def promote(workspace: str = ".", force: list[str] | None = None, push_outputs: bool = True) -> list[StageOutcome]:
+    """The `promote` stage and whatever it needs that is out of date."""
+    return run_stages("promote", workspace, ["promote"], force, push_outputs)
