@@ -20,9 +20,10 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from toolorchestra.tools import code_interpreter
 from toolorchestra.tools.base import ToolError, ToolOutput
-from toolorchestra.tools.code_interpreter import MARKER_ENV, CodeInterpreter, SandboxLimits, _kill_all
+from toolorchestra.tools.code_interpreter import CodeInterpreter, SandboxLimits
+from toolorchestra.tools.sandbox import processes
+from toolorchestra.tools.sandbox.processes import MARKER_ENV, kill_all
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -295,7 +296,7 @@ def test_marker_scan_kills_escapees_of_a_non_root_call() -> None:
     assert proc.stdout is not None
     sleeper = int(proc.stdout.readline())
     try:
-        assert _kill_all(proc, None, call_id) >= 1
+        assert kill_all(proc, None, call_id) >= 1
         proc.wait(timeout=10)
         deadline = time.monotonic() + 5
         while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
@@ -401,11 +402,11 @@ def test_concurrent_calls_are_isolated_from_each_other(ci: CodeInterpreter) -> N
 
 
 def test_default_uid_pool_fits_the_user_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(code_interpreter, "_uid_extents", lambda: [(0, 2**32 - 1)])
-    assert code_interpreter._default_uid_base(64) == code_interpreter.DEFAULT_UID_BASE
+    monkeypatch.setattr(processes, "uid_extents", lambda: [(0, 2**32 - 1)])
+    assert processes.default_uid_base(64) == processes.DEFAULT_UID_BASE
     # A rootless container maps 65536 uids: stay below nobody (65534) and the 16-bit -1.
-    monkeypatch.setattr(code_interpreter, "_uid_extents", lambda: [(0, 65536)])
-    assert code_interpreter._default_uid_base(64) == 65534 - 64
+    monkeypatch.setattr(processes, "uid_extents", lambda: [(0, 65536)])
+    assert processes.default_uid_base(64) == 65534 - 64
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller hands the folder to another uid")
