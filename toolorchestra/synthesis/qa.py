@@ -1,0 +1,164 @@
+"""QA synthesis for the paper's QA setting: questions answerable from a domain's records.
+
+Items have the HLE / FRAMES shape `{id, question, answer, answer_type, category}`:
+- `lookup` (answer_type `exactMatch`): a field of the one record singled out by a unique value
+  ("What is the status of the loan whose ... is ...?"); the answer is the stored value.
+- `count` and `aggregate` (answer_type `numeric`): computed over records — how many records
+  have an enumeration value, how many items a record's list holds, or the sum / average / maximum
+  of a numeric field over the records that reference one entity.
+
+`records_as_documents(domain)` turns every record into a `{id, title, text}` document for the
+local-search tool, so lookups are answerable by retrieval and numeric ones by computation over
+retrieved records. Seeded and deterministic.
+
+Usage: `items = synthesize_qa(domain, 40, seed=7)`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from toolorchestra.envs.domain import Domain
+from toolorchestra.envs.schema import FieldInfo, TableSchema, table_records
+from toolorchestra.envs.state import values_at
+from toolorchestra.synthesis.chain import human, show
+from toolorchestra.synthesis.procedural import stable_seed
+
+ANSWER_TYPES = ("exactMatch", "numeric")
+CATEGORIES = ("lookup", "count", "aggregate")
+
+
+def number(value: float) -> str:
+    return show(round(float(value), 2))
+
+
+def _flatten(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [line for k, v in node.items() for line in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(node, list):
+        return [line for i, v in enumerate(node) for line in _flatten(v, f"{prefix}[{i}]")]
+    return [f"{prefix}: {show(node) if node is not None else 'null'}"]
+
+
+def records_as_documents(domain: Domain) -> list[dict[str, str]]:
+    """One document per record: `path: value` lines, titled by table entity and id."""
+    docs = []
+    for table, layout in domain.layouts.items():
+        entity = domain.schema.tables[table].entity.replace("_", " ")
+        for rid, rec in table_records(domain.db[table], layout).items():
+            docs.append({"id": f"{domain.name}/{table}/{rid}", "title": f"{domain.name} {entity} {rid}",
+                         "text": "\n".join(_flatten(rec))})
+    return docs
+
+
+class _QA:
+    def __init__(self, domain: Domain, rng: random.Random) -> None:
+        self.domain, self.rng = domain, rng
+        self.records = {t: table_records(domain.db[t], lay) for t, lay in domain.layouts.items()}
+
+    def keys(self, ts: TableSchema) -> list[FieldInfo]:
+        """Fields that single out a record in questions (unique short strings)."""
+        return [f for f in ts.fields.values() if f.unique and f.types == ["string"] and not f.repeated
+                and all(len(str(v)) <= 50 for v in f.examples)]
+
+    def ident(self, ts: TableSchema, rid: Any) -> str | None:
+        record = self.records[ts.name][rid]
+        keys = self.keys(ts)
+        self.rng.shuffle(keys)
+        for info in keys:
+            values = list(values_at(record, info.segments))
+            if len(values) == 1 and isinstance(values[0], str) and values[0]:
+                hits = [r for r, rec in self.records[ts.name].items() if values[0] in values_at(rec, info.segments)]
+                if hits == [rid]:
+                    return f"the {ts.entity.replace('_', ' ')} whose {human(info.segments)} is '{values[0]}'"
+        return f"the {ts.entity.replace('_', ' ')} with id '{rid}'"
+
+    def lookup(self, ts: TableSchema) -> dict[str, Any] | None:
+        rid = self.rng.choice(list(self.records[ts.name]))
+        record = self.records[ts.name][rid]
+        targets = [f for f in ts.fields.values() if not f.repeated and f.path != ts.layout.id_field
+                   and f.types and set(f.types) <= {"string", "integer", "number"}]
+        self.rng.shuffle(targets)
+        who = self.ident(ts, rid)
+        for info in targets:
+            values = list(values_at(record, info.segments))
+            if len(values) != 1 or values[0] in (None, "") or len(show(values[0])) > 60 or show(values[0]) in who:
+                continue
+            return {"question": f"In the {self.domain.name} database, what is the {human(info.segments)} of {who}?",
+                    "answer": show(values[0]), "answer_type": "exactMatch", "category": "lookup"}
+        return None
+
+    def count(self, ts: TableSchema) -> dict[str, Any] | None:
+        options: list[tuple[str, Any]] = [("enum", f) for f in ts.fields.values() if f.enum and not f.repeated]
+        options += [("list", f) for f in ts.fields.values()
+                    if len(f.segments) >= 2 and f.segments[-1] == "[]" and "[]" not in f.segments[:-1] and "*" not in f.segments]
+        if not options:
+            return None
+        kind, info = self.rng.choice(options)
+        if kind == "enum":
+            value = self.rng.choice(info.enum or [])
+            n = sum(1 for rec in self.records[ts.name].values() if value in values_at(rec, info.segments))
+            question = (f"In the {self.domain.name} database, how many {ts.name.replace('_', ' ')} have "
+                        f"{human(info.segments)} equal to '{value}'?")
+        else:
+            rid = self.rng.choice(list(self.records[ts.name]))
+            n = sum(1 for _ in values_at(self.records[ts.name][rid], info.segments))
+            question = (f"In the {self.domain.name} database, how many entries does the "
+                        f"{human(info.segments[:-1])} list of {self.ident(ts, rid)} have?")
+        return {"question": question, "answer": str(n), "answer_type": "numeric", "category": "count"}
+
+    def aggregate(self, ts: TableSchema) -> dict[str, Any] | None:
+        refs = [f for f in ts.fields.values() if not f.repeated and any(r.map_path is None for r in f.references)]
+        nums = [f for f in ts.fields.values() if not f.repeated and f.types and set(f.types) <= {"integer", "number"}]
+        if not refs or not nums:
+            return None
+        ref_field = self.rng.choice(refs)
+        target = next(r.table for r in ref_field.references if r.map_path is None)
+        num = self.rng.choice(nums)
+        groups: dict[Any, list[float]] = {}
+        for rec in self.records[ts.name].values():
+            owners = list(values_at(rec, ref_field.segments))
+            values = [v for v in values_at(rec, num.segments) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if len(owners) == 1 and len(values) == 1:
+                groups.setdefault(owners[0], []).append(values[0])
+        owners = [o for o in groups if o in self.records[target]]
+        if not owners:
+            return None
+        owner = self.rng.choice(owners)
+        op = self.rng.choice(["total", "average", "maximum"])
+        vals = groups[owner]
+        answer = {"total": sum(vals), "average": sum(vals) / len(vals), "maximum": max(vals)}[op]
+        who = self.ident(self.domain.schema.tables[target], owner)
+        question = (f"In the {self.domain.name} database, what is the {op} {human(num.segments)} over all "
+                    f"{ts.name.replace('_', ' ')} whose {human(ref_field.segments)} refers to {who}? "
+                    "Round to 2 decimals.")
+        return {"question": question, "answer": number(answer), "answer_type": "numeric", "category": "aggregate"}
+
+
+def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: float = 0.4) -> list[dict[str, Any]]:
+    """`n` distinct QA items (fewer when the database cannot support them)."""
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    tables = [domain.schema.tables[t] for t in domain.layouts if domain.schema.tables[t].n_records]
+    for attempt in range(n * 20):
+        if len(items) >= n or not tables:
+            break
+        rng = random.Random(stable_seed("qa", seed, domain.name, attempt))
+        gen = _QA(domain, rng)
+        ts = rng.choice(tables)
+        if rng.random() < numeric_fraction:
+            item = (gen.aggregate(ts) if rng.random() < 0.5 else None) or gen.count(ts)
+        else:
+            item = gen.lookup(ts)
+        if item is None or item["question"] in seen:
+            continue
+        seen.add(item["question"])
+        items.append({"id": f"{domain.name}-qa-s{seed}-{len(items):04d}", **item})
+    return items
+
+
+def load_qa(path: Any) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
