@@ -27,6 +27,7 @@ $(VENV)/.installed: pyproject.toml requirements/lock-cpu.txt
 install: $(VENV)/.installed
 
 demo: install
+	$(BIN)/orchestra run
 	$(BIN)/orchestra ask "What is 17 * 23?"
 
 test: install

@@ -38,8 +38,8 @@ def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force:
             outcome = run_stage.with_options(task_run_name=name)(name, str(root), force=name in forced)
             logger.info("%s: %s", name, f"ran in {outcome.seconds:.1f}s" if outcome.ran else "up to date, skipped")
             outcomes.append(outcome)
-        pushed = push(root) if push_outputs else "not pushed"
-        logger.info("dvc push: %s", pushed)
+        if push_outputs:
+            logger.info("dvc push: %s file(s) sent to the remote", push(root))
         publish_summary(flow_name, outcomes, parent.info.run_id, settings)
     return outcomes
 

@@ -22,6 +22,16 @@ def prefect_environment(settings) -> None:  # noqa: ANN001
     if settings.prefect_api_url:
         os.environ["PREFECT_API_URL"] = settings.prefect_api_url
     settings.prefect_home.mkdir(parents=True, exist_ok=True)
+    # The ephemeral server migrates its database at every start (~2 s on two cores); once a run
+    # with this Prefect version has migrated it, later starts skip that.
+    if migrated_marker(settings).exists():
+        os.environ.setdefault("PREFECT_SERVER_DATABASE_MIGRATE_ON_START", "false")
+
+
+def migrated_marker(settings) -> Path:  # noqa: ANN001
+    from importlib.metadata import version
+
+    return settings.prefect_home / f".migrated-{version('prefect')}"
 
 
 def workspace_lock(settings, wait_s: float):  # noqa: ANN001, ANN201
@@ -73,6 +83,8 @@ def run(
         if chosen is None:
             raise OrchestraError(f"unknown flow {flow_name!r}; choose retrain, evaluate or promote")
         outcomes = chosen(workspace=str(root), force=list(force or []), push_outputs=push)
+        if not settings.prefect_api_url:
+            migrated_marker(settings).touch()
     finally:
         lock.release()
     width = max((len(o.stage) for o in outcomes), default=5)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -102,34 +101,40 @@ def read_status(workspace: Path, name: str) -> dict[str, Any]:
         return {}
 
 
-def reproduce(workspace: Path, name: str, *, force: bool = False, env: dict[str, str] | None = None,
-              timeout_s: float | None = None) -> StageOutcome:
-    """Run one stage through DVC unless it is up to date (or `force`)."""
+def reproduce(workspace: Path, name: str, *, force: bool = False) -> StageOutcome:
+    """Run one stage through DVC (in this process; the stage's command is a subprocess) unless it
+    is up to date, or `force`."""
+    from dvc.exceptions import DvcException
+    from dvc.lock import LockError
+
     changes = stage_changes(workspace, name)
     if not changes and not force:
         return StageOutcome(stage=name, ran=False)
     status_file(workspace, name).unlink(missing_ok=True)
-    cmd = [str(Path(sys.executable).parent / "dvc"), "repro", "--single-item", name]
-    if force:
-        cmd.append("--force")
-    run_env = {**os.environ, **(env or {})}
-    # dvc.yaml calls `orchestra`: make sure the same environment's console scripts are found.
-    run_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{run_env.get('PATH', '')}"
+    # dvc.yaml calls `orchestra`: the same environment's console scripts must come first.
+    bin_dir = str(Path(sys.executable).parent)
+    if not os.environ.get("PATH", "").startswith(bin_dir):
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workspace, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+    try:
+        with _repo(workspace) as repo:
+            repo.reproduce(name, single_item=True, force=force)
+    except LockError as exc:
+        raise StageFailed(name, "lock", f"DVC repository is locked by another process: {exc}") from None
+    except DvcException as exc:
+        status = read_status(workspace, name)
+        raise StageFailed(name, status.get("kind") or "crash", status.get("message") or str(exc)) from None
     seconds = time.perf_counter() - started
     status = read_status(workspace, name)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        kind = status.get("kind") or ("lock" if "lock" in tail.lower() else "crash")
-        raise StageFailed(name, kind, status.get("message") or tail)
     return StageOutcome(stage=name, ran=True, seconds=seconds, metrics=status.get("metrics", {}), changes=changes)
 
 
-def push(workspace: Path, remote: str | None = None) -> str:
-    """`dvc push` every tracked output to the remote; returns DVC's summary line."""
-    cmd = [str(Path(sys.executable).parent / "dvc"), "push"] + (["-r", remote] if remote else [])
-    proc = subprocess.run(cmd, cwd=workspace, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise OrchestraError(f"dvc push failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-    return (proc.stdout.strip().splitlines() or [""])[-1]
+def push(workspace: Path, remote: str | None = None) -> int:
+    """`dvc push` every tracked output to the (default) remote; returns the number of files sent."""
+    from dvc.exceptions import DvcException
+
+    try:
+        with _repo(workspace) as repo:
+            return int(repo.push(remote=remote) or 0)
+    except DvcException as exc:
+        raise OrchestraError(f"dvc push failed: {exc}") from None
