@@ -9,7 +9,9 @@ import typer
 
 from orchestra_cli.main import app
 
-DEFAULT_METRIC_HINTS = ("reward", "accuracy", "cost", "latency", "kept")
+# Default columns: per-stage metrics (logged on the flow run as `<stage>.<metric>`) whose name
+# starts with one of these.
+DEFAULT_METRIC_HINTS = ("reward", "accuracy", "cost", "latency", "tasks_kept", "success")
 
 
 @app.command()
@@ -83,7 +85,7 @@ def runs(
         columns = list(metric)
     else:
         keys = sorted({k for row in rows for k in row["metrics"]})
-        columns = [k for k in keys if any(h in k for h in DEFAULT_METRIC_HINTS)]
+        columns = [k for k in keys if k.split(".", 1)[-1].startswith(DEFAULT_METRIC_HINTS)]
     if as_json:
         typer.echo(json.dumps([{**row, "metrics": {k: row["metrics"].get(k) for k in (columns or row["metrics"])}} for row in rows], indent=2))
         return
@@ -99,4 +101,4 @@ def runs(
         started = datetime.fromtimestamp(row["start_time"] / 1000).strftime("%Y-%m-%d %H:%M")
         values = [f"{row['metrics'][c]:.4g}" if c in row["metrics"] else "" for c in columns]
         table.add_row(row["run_id"], row["flow"], row["status"], started, row["git_commit"], *values)
-    Console().print(table)
+    Console(width=max(120, 24 * (len(columns) + 5))).print(table)

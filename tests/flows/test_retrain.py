@@ -31,7 +31,7 @@ def dvc_status(workspace):
         return repo.status()
 
 
-def test_full_run_noop_rerun_forced_stage_and_lineage(workspace):
+def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     from flows.retrain import retrain
     from pipelines.lineage import lineage
 
@@ -54,8 +54,26 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace):
     lock = yaml.safe_load((workspace / "dvc.lock").read_text())["stages"]
     for stage in info["stages"]:
         assert {o["path"]: o["md5"] for o in stage["outs"]} == {o["path"]: o["md5"] for o in lock[stage["stage"]]["outs"]}
-    assert info["flow_run"]["git_commit"] == (workspace / ".git").exists() and info["flow_run"]["git_commit"] or True
+    from pipelines.tracking import git_commit
+
+    assert info["flow_run"]["git_commit"] == git_commit(workspace)[0]
     assert "dvc pull" in info["fetch"]
+
+    # the same through the CLI an auditor / stakeholder uses
+    from typer.testing import CliRunner
+
+    import orchestra_cli.commands  # noqa: F401 - registers the commands
+    from orchestra_cli.main import app
+
+    monkeypatch.chdir(workspace)
+    result = CliRunner().invoke(app, ["lineage", parent.info.run_id, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["flow_run"]["run_id"] == parent.info.run_id
+    result = CliRunner().invoke(app, ["runs", "--json", "--metric", "validate.tasks_kept"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.output)
+    assert listed[0]["run_id"] == parent.info.run_id
+    assert listed[0]["metrics"] == {"validate.tasks_kept": first[1].metrics["tasks_kept"]}
 
     second = retrain(workspace=str(workspace))
     assert [o.ran for o in second] == [False, False]
