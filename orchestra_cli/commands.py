@@ -1,3 +1,3 @@
 """Imports every command module so each registers its commands on the app."""
 
-from orchestra_cli import ask, audit, run, stage, toolscale  # noqa: F401
+from orchestra_cli import ask, audit, descpref, run, stage, toolscale  # noqa: F401

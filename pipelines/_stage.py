@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolorchestra.core.settings import Settings, load_settings
 
 
 class StageParams(BaseModel):
@@ -29,3 +31,5 @@ class StagePaths(BaseModel):
     """Absolute paths of the inputs."""
     outs: dict[str, Path]
     """Absolute staging paths: write here; the runner moves each into place after `run` returns."""
+    settings: Settings = Field(default_factory=load_settings)
+    """The run's settings (state folder, MLflow, endpoints): stages use these, never their own."""

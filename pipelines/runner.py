@@ -81,7 +81,7 @@ def validate_params(name: str, module: ModuleType, all_params: dict[str, Any], s
         raise ConfigError(source, problems) from None
 
 
-def stage_paths(params: StageParams, workspace: Path, stage: str) -> StagePaths:
+def stage_paths(params: StageParams, workspace: Path, stage: str, settings: Settings | None = None) -> StagePaths:
     deps = {k: (workspace / v).resolve() for k, v in params.deps.items()}
     missing = [f"{k}={params.deps[k]}" for k, p in deps.items() if not p.exists()]
     if missing:
@@ -98,7 +98,7 @@ def stage_paths(params: StageParams, workspace: Path, stage: str) -> StagePaths:
         if not final.suffix:
             staging.mkdir()
         outs[key] = staging
-    return StagePaths(workspace=workspace, deps=deps, outs=outs)
+    return StagePaths(workspace=workspace, deps=deps, outs=outs, settings=settings or load_settings(workspace=workspace))
 
 
 def _remove(path: Path) -> None:
@@ -144,7 +144,7 @@ def _run_stage(name: str, params_file: Path, settings: Settings | None, track: b
     module = stage_module(name)
     all_params = load_params_file(params_file)
     params = validate_params(name, module, all_params, params_file)
-    paths = stage_paths(params, settings.workspace, name)
+    paths = stage_paths(params, settings.workspace, name, settings)
     finals = {k: (settings.workspace / v).resolve() for k, v in params.outs.items()}
     started = time.perf_counter()
     try:

@@ -75,12 +75,11 @@ def _domains(params: Params, paths: StagePaths) -> list[Domain]:
 
 
 def _llm_domains(params: Params, paths: StagePaths) -> tuple[list[SynthesizedDomain], dict[str, float]]:
-    from toolorchestra.core.settings import load_settings
     from toolorchestra.llm.config import build_llm
     from toolorchestra.synthesis.llm_synthesis import LLMSynthesizer
 
     assert params.llm.backend is not None
-    llm = build_llm(params.llm.backend, load_settings(workspace=paths.workspace))
+    llm = build_llm(params.llm.backend, paths.settings)
     synth = LLMSynthesizer(llm, seed=params.seed, tasks=params.llm.tasks,
                            records_per_table=params.llm.records_per_table)
     out, calls, rejected, accepted = [], 0, 0, 0

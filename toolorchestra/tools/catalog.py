@@ -19,6 +19,7 @@ Relative paths inside a catalog (e.g. a search corpus) resolve against the catal
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -164,11 +165,21 @@ class Catalog(BaseModel):
         candidate = Path(path).expanduser()
         if candidate.is_absolute() or self.base_dir is None:
             return candidate
-        return self.base_dir / candidate
+        return Path(os.path.normpath(self.base_dir / candidate))
 
     def subset(self, names: list[str]) -> Catalog:
         """The catalog restricted to some tools (models kept)."""
         return self.model_copy(update={"tools": [t for t in self.tools if t.name in set(names)]})
+
+    def with_search_corpus(self, folder: Path) -> Catalog:
+        """The catalog with every local-search tool indexing `folder` (e.g. a pipeline's records)."""
+        documents = os.path.relpath(folder, self.base_dir) if self.base_dir else str(folder)
+        tools = [
+            t.model_copy(update={"backend": t.backend.model_copy(update={"documents": documents})})
+            if isinstance(t.backend, LocalSearchBackend) else t
+            for t in self.tools
+        ]
+        return self.model_copy(update={"tools": tools})
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)

@@ -63,3 +63,11 @@ def test_broken_catalogs_name_the_file_key_and_reason(tmp_path, text, needle):
 def test_missing_catalog_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read catalog"):
         load_catalog(tmp_path / "nope.yaml")
+
+
+def test_with_search_corpus_points_local_search_at_a_folder(tmp_path):
+    cat = load_embedded_catalog()
+    moved = cat.with_search_corpus(tmp_path / "docs")
+    assert moved.resolve(moved.tool("local_search").backend.documents) == tmp_path / "docs"
+    assert moved.tool("code_interpreter") == cat.tool("code_interpreter")
+    assert cat.resolve(cat.tool("local_search").backend.documents).name == "corpus"  # original untouched

@@ -1,0 +1,117 @@
+"""Training-set assembly: required tools always offered, random subsets, perturbed prices, no task
+or preference shared between train and eval."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from toolorchestra.preferences.assemble import AssemblyConfig, assemble, choose_tools, perturbed, split_tasks
+from toolorchestra.preferences.grammar import generate_grammar_pairs
+from toolorchestra.preferences.pool import load_pool
+from toolorchestra.preferences.split import SplitConfig, split_pairs
+from toolorchestra.tools.catalog import Price
+
+
+@pytest.fixture
+def built(expert_catalog, validated):
+    pool = load_pool(validated)
+    pairs, _ = generate_grammar_pairs(expert_catalog)
+    train, evaluation = split_pairs(pairs, SplitConfig())
+    config = AssemblyConfig(instances_per_task=4, p_no_preference=0.25, eval_task_fraction=0.25, seed=3)
+    return pool, train, evaluation, assemble(pool, expert_catalog, train, evaluation, config), config
+
+
+def test_instances_respect_requirements(built, expert_catalog):
+    pool, train_pairs, eval_pairs, instances, config = built
+    catalog_names = [t.name for t in expert_catalog.tools]
+    for split, pairs in (("train", train_pairs), ("eval", eval_pairs)):
+        ids = {p.id for p in pairs}
+        for inst in instances[split]:
+            assert inst.split == split
+            assert inst.catalog_tools == [n for n in catalog_names if n in inst.catalog_tools]  # catalog order
+            assert len(inst.catalog_tools) >= config.min_catalog_tools
+            if inst.task_kind == "qa":
+                assert "answer" in inst.catalog_tools and inst.domain_tools == []
+            else:
+                assert "get_customer_details" in inst.domain_tools and inst.domain == "shop"
+            if inst.preference is not None:
+                assert inst.preference.id in ids  # eval instances only carry eval preferences
+                assert set(inst.preference.tools) <= set(inst.catalog_tools)
+                assert inst.prompt[1]["content"].endswith(f"User preference: {inst.preference.instruction}")
+            assert set(inst.tool_prices) == set(inst.catalog_tools)
+            assert "Prices of your tools (USD):" in inst.prompt[0]["content"]
+
+
+def test_tasks_do_not_leak_and_every_stratum_is_evaluated(built):
+    pool, _, _, instances, _ = built
+    train_ids = {i.task_id for i in instances["train"]}
+    eval_ids = {i.task_id for i in instances["eval"]}
+    assert not train_ids & eval_ids
+    assert len(train_ids | eval_ids) == len(pool)
+    assert {i.data_source for i in instances["eval"]} == {
+        "toolorchestra/qa/qa_numeric", "toolorchestra/qa/qa_lookup", "toolorchestra/toolscale/shop"}
+
+
+def test_randomisation_varies_tools_prices_and_preferences(built, expert_catalog):
+    _, _, _, instances, config = built
+    train = instances["train"]
+    assert len(train) == 4 * len({i.task_id for i in train})
+    assert len({tuple(i.catalog_tools) for i in train}) > 3
+    base = {t.name: t.price for t in expert_catalog.tools}
+    factors = [i.tool_prices["web_search"].per_call / base["web_search"].per_call
+               for i in train if "web_search" in i.tool_prices]
+    assert len(set(factors)) > 3 and all(1 / config.price_jitter <= f <= config.price_jitter for f in factors)
+    model_factors = {round(i.model_prices["smart"].input_per_mtok / 1.0, 6) for i in train}
+    assert len(model_factors) > 3
+    with_pref = sum(i.preference is not None for i in train) / len(train)
+    assert 0.5 < with_pref < 0.95
+    assert len(Counter(i.preference.kind for i in train if i.preference)) >= 3
+
+
+def test_assembly_is_deterministic(expert_catalog, validated, built):
+    pool, train, evaluation, instances, config = built
+    again = assemble(pool, expert_catalog, train, evaluation, config)
+    assert [i.model_dump() for i in again["train"]] == [i.model_dump() for i in instances["train"]]
+
+
+def test_helpers():
+    import random
+
+    price = Price(input_per_mtok=1.0, per_call=0.01)
+    assert perturbed(price, random.Random(0), 1.0) == price
+    scaled = perturbed(price, random.Random(0), 4.0)
+    factor = scaled.input_per_mtok
+    assert 0.25 <= factor <= 4 and math.isclose(scaled.per_call, 0.01 * factor, rel_tol=1e-5)
+    assert scaled.output_per_mtok == 0.0
+
+
+def test_choose_tools_always_includes_required(expert_catalog):
+    import random
+
+    rng = random.Random(1)
+    for _ in range(50):
+        tools = choose_tools(expert_catalog, ["web_search"], rng, min_tools=2)
+        assert "web_search" in tools and len(tools) >= 2
+
+
+def test_split_tasks_caps_and_fraction(validated):
+    pool = load_pool(validated)
+    train, evaluation = split_tasks(pool, 0.0, seed=0)
+    assert evaluation == [] and len(train) == len(pool)
+    train, evaluation = split_tasks(pool, 0.5, seed=0)
+    assert len(evaluation) == 2 + 2 + 3
+    config = AssemblyConfig(max_tasks=4, eval_task_fraction=0.25)
+    out = assemble(pool, load_catalog_for_test(), [], [], config)
+    assert len(out["train"]) == 3 and len(out["eval"]) == 1
+    assert all(i.preference is None for i in out["train"] + out["eval"])
+
+
+def load_catalog_for_test():
+    from toolorchestra.tools.catalog import parse_catalog
+
+    from pref_fixtures import expert_catalog_data
+
+    return parse_catalog(expert_catalog_data(), source="x")

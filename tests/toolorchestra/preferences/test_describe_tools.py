@@ -1,0 +1,163 @@
+"""Descriptions from measured behaviour: real toolbox, experts, agent loop and judges, with two
+test-double models of different quality."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from toolorchestra.core.settings import Settings
+from toolorchestra.llm.base import LLMError
+from toolorchestra.preferences.describe import (
+    MARKER,
+    apply_measurement,
+    base_description,
+    describe_catalog,
+    format_usd,
+    relocated_dict,
+)
+from toolorchestra.preferences.measure import DescribeConfig, Measurement
+from toolorchestra.preferences.pool import load_pool
+from toolorchestra.tools.catalog import load_embedded_catalog, parse_catalog
+
+from pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data
+
+
+def _describe(catalog, pool, tmp_path, doubles, **config):
+    settings = Settings(workspace=tmp_path)
+    cfg = DescribeConfig(samples_per_category=4, max_workers=2, **config)
+    return describe_catalog(catalog, pool, settings, cfg, llm_for=doubles.__getitem__)
+
+
+@pytest.fixture
+def measured(expert_catalog, validated, tmp_path):
+    doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
+    return _describe(expert_catalog, load_pool(validated), tmp_path, doubles)
+
+
+def test_better_model_gets_better_stats_and_descriptions_state_them(measured):
+    catalog, measurement = measured
+    answer = catalog.tool("answer")
+    stats = answer.stats["models"]
+    assert stats["smart"]["qa_numeric"]["accuracy"] == 1.0
+    assert stats["constant"]["qa_numeric"]["accuracy"] == 0.25  # "42" is right for one question
+    assert stats["smart"]["tool_use"]["accuracy"] == 1.0 and stats["constant"]["tool_use"]["accuracy"] == 0.0
+    assert stats["smart"]["qa_lookup"]["correct"] == 3  # knows three of four facts
+    # every figure in the stats appears in the description
+    for alias, categories in stats.items():
+        for category, s in categories.items():
+            assert f"{s['correct']}/{s['n']} ({round(100 * s['accuracy'])}%)" in answer.description
+            assert format_usd(s["mean_cost_usd"]) in answer.description
+    assert answer.description.startswith("Ask an expert for the final answer. " + MARKER)
+    assert "model smart: QA numeric: 4/4 (100%) correct" in answer.description
+    assert "tool use: 0/4 (0%) solved as the agent" in answer.description
+    # cost is priced from the catalog: smart is 10-40x dearer per token than constant
+    assert stats["smart"]["qa_numeric"]["mean_cost_usd"] > 5 * stats["constant"]["qa_numeric"]["mean_cost_usd"]
+    assert all(s["mean_latency_s"] > 0 for cats in stats.values() for s in cats.values())
+    # non-LLM tools keep their descriptions and get no stats
+    assert catalog.tool("web_search").description == "Search the web." and catalog.tool("web_search").stats == {}
+    assert "tool use: 4/4 (100%) solved" in catalog.models["smart"].description
+    assert len(measurement.records) == 2 * 2 * 2 * 4 + 2 * 4  # tools x models x QA categories x n + agent runs
+
+
+def test_reasoning_tool_is_judged_on_what_the_program_printed(measured):
+    catalog, measurement = measured
+    rows = [r for r in measurement.records if r.tool == "enhance_reasoning" and r.model == "smart"
+            and r.category == "qa_numeric"]
+    assert all(r.correct for r in rows) and {r.output for r in rows} == {"391", "42", "99", "84"}
+    assert catalog.tool("enhance_reasoning").stats["models"]["smart"]["qa_lookup"]["accuracy"] == 0.0
+
+
+def test_description_changes_when_the_tool_behaviour_changes(expert_catalog, validated, tmp_path):
+    pool = load_pool(validated)
+    good, _ = _describe(expert_catalog, pool, tmp_path, {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")})
+    # the same alias now backed by a model that always says 42
+    bad, _ = _describe(expert_catalog, pool, tmp_path, {"smart": ConstantExpert("smart"), "constant": ConstantExpert("constant")})
+    assert good.tool("answer").description != bad.tool("answer").description
+    assert "model smart: QA numeric: 4/4 (100%)" in good.tool("answer").description
+    assert "model smart: QA numeric: 1/4 (25%)" in bad.tool("answer").description
+
+
+def test_redescribing_starts_from_the_original_text(measured, validated, tmp_path):
+    catalog, _ = measured
+    again, _ = _describe(catalog, load_pool(validated), tmp_path,
+                         {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")})
+    text = again.tool("answer").description
+    assert text.count(MARKER) == 1 and base_description(text) == "Ask an expert for the final answer."
+    assert again.models["smart"].description.count(MARKER) == 1
+
+
+def test_category_and_tool_selection(expert_catalog, validated, tmp_path):
+    catalog, m = _describe(expert_catalog, load_pool(validated), tmp_path,
+                           {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")},
+                           tools=["answer"], categories=["qa_lookup"])
+    assert set(m.stats) == {"answer"} and set(m.stats["answer"]["smart"]) == {"qa_lookup"}
+    assert "QA numeric" not in catalog.tool("answer").description
+    assert catalog.tool("enhance_reasoning").stats == {}
+    with pytest.raises(ValueError, match="not LLM tools"):
+        _describe(expert_catalog, load_pool(validated), tmp_path, {}, tools=["web_search"])
+
+
+class Summarizer(SmartExpert):
+    def reply(self, messages):
+        shown = messages[-1]["content"]
+        right, wrong = shown.count("result: right"), shown.count("result: wrong")
+        return f"Right on {right} shown tasks, wrong on {wrong}; fails on questions it has no facts for."
+
+
+class Failing(SmartExpert):
+    def chat(self, *args, **kwargs):
+        raise LLMError("endpoint down")
+
+
+def test_summaries_from_trajectories_are_appended(expert_catalog, validated, tmp_path):
+    settings = Settings(workspace=tmp_path)
+    doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
+    cfg = DescribeConfig(samples_per_category=2, categories=["qa_numeric", "qa_lookup"], summary_examples=4)
+    catalog, m = describe_catalog(expert_catalog, load_pool(validated), settings, cfg,
+                                  llm_for=doubles.__getitem__, summarizer=Summarizer("sum"))
+    text = catalog.tool("answer").description
+    assert re.search(r"model constant: .*Observed: Right on \d shown tasks, wrong on \d", text)
+    assert catalog.tool("answer").stats["summaries"]["smart"].startswith("Right on")
+    _, failed = describe_catalog(expert_catalog, load_pool(validated), settings, cfg,
+                                 llm_for=doubles.__getitem__, summarizer=Failing("x"))
+    assert failed.summary_failures == 4 and not failed.summaries
+
+
+def test_relocated_catalog_keeps_its_search_corpus(tmp_path):
+    catalog = load_embedded_catalog()
+    out_dir = tmp_path / "data" / "catalog"
+    data = relocated_dict(catalog, out_dir)
+    moved = parse_catalog(data, source="x", base_dir=out_dir)
+    original = catalog.resolve(catalog.tool("local_search").backend.documents)
+    assert moved.resolve(moved.tool("local_search").backend.documents).resolve() == original.resolve()
+
+
+def test_format_usd():
+    assert format_usd(6.24e-06) == "$0.0000062"
+    assert format_usd(0.5) == "$0.50" and format_usd(12.345) == "$12.35" and format_usd(0) == "$0"
+
+
+def test_apply_measurement_without_measurements_changes_nothing(expert_catalog):
+    same = apply_measurement(expert_catalog, Measurement(), DescribeConfig())
+    assert same.to_dict() == expert_catalog.to_dict()
+
+
+def test_catalog_test_data_is_valid():
+    parse_catalog(expert_catalog_data(("smart",)), source="x")
+
+
+@pytest.mark.slow
+def test_real_smollm2_expert_is_measured(smollm2_dir, validated, tmp_path):
+    """The embedded catalog's real local expert on a tiny sample: genuine figures, whatever they are."""
+    catalog = load_embedded_catalog()
+    settings = Settings(workspace=tmp_path, state_dir=smollm2_dir.parents[1])
+    cfg = DescribeConfig(samples_per_category=1, tools=["answer"], categories=["qa_numeric", "tool_use"],
+                         max_turns=2, max_tokens=48, max_workers=1)
+    described, m = describe_catalog(catalog, load_pool(validated), settings, cfg)
+    stats = described.tool("answer").stats["models"]["smollm2"]
+    assert set(stats) == {"qa_numeric", "tool_use"}
+    assert stats["qa_numeric"]["n"] == 1 and stats["qa_numeric"]["mean_completion_tokens"] > 0
+    assert stats["qa_numeric"]["mean_cost_usd"] > 0 and stats["tool_use"]["mean_latency_s"] > 0
+    assert "model smollm2: QA numeric: " in described.tool("answer").description

@@ -1,0 +1,236 @@
+"""Training-set assembly: tasks x preferences x random tool subsets x perturbed prices.
+
+Each instance pairs one validated task with a preference (or none), a random subset of the
+catalog's tools, and a randomly perturbed price schedule, as the paper does so the policy learns to
+read the tools and prices it is given instead of memorising one catalog:
+
+- **tools**: what the task needs is always offered (a QA task: the catalog's `answer`-role tools;
+  a tool-use task: all of its domain's tools, which are not catalog tools), plus every tool the
+  preference names (an avoidance must be testable), plus a uniformly sized random sample of the
+  other catalog tools (at least `min_catalog_tools` catalog tools in all);
+- **prices**: every tool's and every model's prices are scaled by a factor drawn log-uniformly from
+  `[1/price_jitter, price_jitter]`, independently per instance; the orchestrator sees the prices in
+  its system prompt and the reward's cost is computed from the same schedule;
+- **preference**: with probability `p_no_preference` none, else one drawn from the split's pairs.
+
+Train instances use train tasks and train preferences; eval instances use held-out tasks (a seeded
+`eval_task_fraction` of each domain / QA category) and eval preferences, so neither tasks nor
+preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
+the price list) and the task with the preference appended, as `orchestra ask --preference` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections import defaultdict
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
+from toolorchestra.envs.task import dump_task
+from toolorchestra.preferences.pairs import PreferencePair
+from toolorchestra.preferences.pool import QAItem, TaskPool, ToolUseTask, task_prompt
+from toolorchestra.tools.catalog import Catalog, ExpertBackend, Price
+
+Split = Literal["train", "eval"]
+
+
+class AssemblyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instances_per_task: int = Field(1, ge=1, le=100)
+    p_no_preference: float = Field(0.2, ge=0.0, le=1.0)
+    min_catalog_tools: int = Field(1, ge=0)
+    price_jitter: float = Field(2.0, ge=1.0, le=100.0, description="prices scaled by [1/j, j]; 1 = none")
+    eval_task_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    max_tasks: int | None = Field(None, ge=1, description="cap on tasks used (a tiny profile)")
+    include_policy: bool = True
+    max_policy_chars: int = Field(4000, ge=0)
+    show_prices: bool = True
+    agent_name: str = Field("tool_agent", min_length=1, description="verl agent loop of every row")
+    seed: int = 0
+
+
+class Instance(BaseModel):
+    """One training (or eval) instance, before export."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    split: Split
+    task_kind: Literal["qa", "tool_use"]
+    task_id: str
+    data_source: str
+    domain: str | None = None
+    task: dict[str, Any]
+    ground_truth: dict[str, Any]
+    preference: PreferencePair | None = None
+    catalog_tools: list[str]
+    domain_tools: list[str] = Field(default_factory=list)
+    tool_prices: dict[str, Price]
+    model_prices: dict[str, Price]
+    prompt: list[dict[str, str]]
+
+    @property
+    def tools(self) -> list[str]:
+        return [*self.domain_tools, *self.catalog_tools]
+
+
+def _stable(seed: int, text: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{text}".encode()).digest()[:8], "big")
+
+
+def split_tasks(pool: TaskPool, fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
+    """(train tasks, eval tasks): per domain / QA category, the `fraction` with the lowest seeded
+    hash of their id go to eval (at least one where a stratum has two or more and fraction > 0)."""
+    strata: dict[str, list[Any]] = defaultdict(list)
+    for item in pool.qa:
+        strata[f"qa:{item.qa_category}"].append(item)
+    for task in pool.tool_use:
+        strata[f"tool_use:{task.domain.name}"].append(task)
+    train, evaluation = [], []
+    for key in sorted(strata):
+        items = sorted(strata[key], key=lambda t: _stable(seed, t.id))
+        n_eval = 0
+        if fraction > 0 and len(items) >= 2:
+            n_eval = min(len(items) - 1, max(1, round(fraction * len(items))))
+        evaluation.extend(items[:n_eval])
+        train.extend(items[n_eval:])
+    return train, evaluation
+
+
+def perturbed(price: Price, rng: random.Random, jitter: float) -> Price:
+    if jitter == 1.0:
+        return price
+    factor = math.exp(rng.uniform(-math.log(jitter), math.log(jitter)))
+    return Price(**{k: float(f"{v * factor:.6g}") for k, v in price.model_dump().items()})
+
+
+def answer_tools(catalog: Catalog) -> list[str]:
+    return [t.name for t in catalog.tools if isinstance(t.backend, ExpertBackend) and t.backend.role == "answer"]
+
+
+def choose_tools(catalog: Catalog, required: list[str], rng: random.Random, min_tools: int) -> list[str]:
+    """`required` plus a random, uniformly sized sample of the other catalog tools (catalog order)."""
+    names = [t.name for t in catalog.tools]
+    must = [n for n in names if n in set(required)]
+    optional = [n for n in names if n not in set(must)]
+    low = min(len(optional), max(0, min_tools - len(must)))
+    chosen = set(must) | set(rng.sample(optional, rng.randint(low, len(optional))))
+    return [n for n in names if n in chosen]
+
+
+def _format_price(p: Price) -> str:
+    parts = []
+    if p.input_per_mtok or p.output_per_mtok:
+        parts.append(f"${p.input_per_mtok:.4g} in / ${p.output_per_mtok:.4g} out per 1M tokens")
+    if p.per_call:
+        parts.append(f"${p.per_call:.4g} per call")
+    if p.per_second:
+        parts.append(f"${p.per_second:.4g} per second")
+    return " + ".join(parts) or "free"
+
+
+def price_sheet(catalog: Catalog, tools: list[str], tool_prices: dict[str, Price], model_prices: dict[str, Price]) -> str:
+    """The price list the orchestrator reads: each offered catalog tool, and per model for LLM tools."""
+    lines = []
+    for name in tools:
+        entry = catalog.tool(name)
+        line = f"- {name}: {_format_price(tool_prices[name])}"
+        if isinstance(entry.backend, ExpertBackend):
+            models = ", ".join(f"{a} {_format_price(model_prices[a])}" for a in entry.backend.models)
+            line += f"; models: {models}"
+        lines.append(line)
+    return "Prices of your tools (USD):\n" + "\n".join(lines)
+
+
+def _system_prompt(config: AssemblyConfig, policy: str | None, sheet: str | None) -> str:
+    parts = [SYSTEM_PROMPT]
+    if config.include_policy and policy:
+        parts.append(f"Domain policy:\n{policy[: config.max_policy_chars]}")
+    if sheet:
+        parts.append(sheet)
+    return "\n\n".join(parts)
+
+
+def _domain_tool_names(task: ToolUseTask) -> list[str]:
+    return [spec.name for spec in task.domain.domain.tool_specs()]
+
+
+def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catalog: Catalog,
+                   preferences: list[PreferencePair], config: AssemblyConfig) -> Instance:
+    """One instance for `task`; all randomness is seeded by (seed, split, task id, copy)."""
+    task_id = task.id
+    rng = random.Random(f"{config.seed}:{split}:{task_id}:{copy}")
+    preference = None
+    if preferences and rng.random() >= config.p_no_preference:
+        preference = rng.choice(preferences)
+    pref_tools = [t for t in (preference.tools if preference else []) if t in {x.name for x in catalog.tools}]
+    if isinstance(task, QAItem):
+        required = answer_tools(catalog) + pref_tools
+        question, policy, domain, domain_tools = task.question, None, None, []
+        kind: Literal["qa", "tool_use"] = "qa"
+        data_source = f"toolorchestra/qa/{task.qa_category}"
+        payload = task.dump()
+        truth = {"kind": "qa", "task_id": task_id, "answer": str(task.answer),
+                 "answer_type": task.answer_type, "category": task.category}
+    else:
+        required = pref_tools
+        question, policy, domain = task_prompt(task.task), task.domain.policy, task.domain.name
+        domain_tools = _domain_tool_names(task)
+        kind = "tool_use"
+        data_source = f"toolorchestra/toolscale/{domain}"
+        payload = dump_task(task.task)
+        criteria = task.task.evaluation_criteria
+        truth = {"kind": "tool_use", "task_id": task_id, "domain": domain, "tau2_id": task.task.id,
+                 "evaluation_criteria": criteria.model_dump(mode="json", exclude_unset=True) if criteria else None}
+    tools = choose_tools(catalog, required, rng, config.min_catalog_tools)
+    tool_prices = {t.name: perturbed(t.price, rng, config.price_jitter) for t in catalog.tools if t.name in tools}
+    model_prices = {alias: perturbed(m.price, rng, config.price_jitter) for alias, m in sorted(catalog.models.items())}
+    sheet = price_sheet(catalog, tools, tool_prices, model_prices) if config.show_prices and tools else None
+    prompt = [
+        {"role": "system", "content": _system_prompt(config, policy, sheet)},
+        {"role": "user", "content": user_message(question, preference.instruction if preference else None)},
+    ]
+    return Instance(
+        id=f"{split}-{task_id}-{copy}", split=split, task_kind=kind, task_id=task_id, data_source=data_source,
+        domain=domain, task=payload, ground_truth=truth, preference=preference, catalog_tools=tools,
+        domain_tools=domain_tools, tool_prices=tool_prices, model_prices=model_prices, prompt=prompt,
+    )
+
+
+def assemble(pool: TaskPool, catalog: Catalog, train_pairs: list[PreferencePair], eval_pairs: list[PreferencePair],
+             config: AssemblyConfig) -> dict[Split, list[Instance]]:
+    """Train and eval instances (see the module docstring)."""
+    train_tasks, eval_tasks = split_tasks(pool, config.eval_task_fraction, config.seed)
+    if config.max_tasks is not None:
+        rng = random.Random(config.seed)
+        cap_eval = max(1, round(config.max_tasks * config.eval_task_fraction)) if eval_tasks else 0
+        train_tasks = sorted(rng.sample(train_tasks, min(len(train_tasks), config.max_tasks - cap_eval)),
+                             key=lambda t: t.id)
+        eval_tasks = sorted(rng.sample(eval_tasks, min(len(eval_tasks), cap_eval)), key=lambda t: t.id)
+    out: dict[Split, list[Instance]] = {}
+    for split, tasks, pairs in (("train", train_tasks, train_pairs), ("eval", eval_tasks, eval_pairs)):
+        out[split] = [  # type: ignore[index]
+            build_instance(task, split=split, copy=copy, catalog=catalog, preferences=pairs, config=config)  # type: ignore[arg-type]
+            for task in tasks for copy in range(config.instances_per_task)
+        ]
+    return out
+
+
+def instance_record(instance: Instance) -> dict[str, Any]:
+    """A JSON-safe summary row (for reports and manifests)."""
+    return {
+        "id": instance.id, "split": instance.split, "task_kind": instance.task_kind, "task_id": instance.task_id,
+        "domain": instance.domain, "tools": instance.tools,
+        "preference": instance.preference.id if instance.preference else None,
+        "tool_prices": {k: v.model_dump() for k, v in instance.tool_prices.items()},
+    }
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,158 @@
+"""Export instances as verl parquet and as a Hugging Face `datasets` folder (TRL).
+
+Both exports hold the same rows, in verl's RL data format (`verl.utils.dataset.RLHFDataset`):
+
+| column | content |
+| --- | --- |
+| `data_source` | `toolorchestra/qa/<category>` or `toolorchestra/toolscale/<domain>` |
+| `prompt` | chat messages `[{role, content}]`: the system prompt (policy, prices) and the task |
+| `ability` | `qa` or `tool_use` |
+| `reward_model` | `{"style": "rule", "ground_truth": <JSON text>}`: the QA answer or the tool-use evaluation criteria |
+| `extra_info` | `index`, `split`, `instance_id`, `task_id`, `task_kind`, `domain`, `agent_name`, `tools` and `tool_selection` (offered tools, which verl's `ToolAgentLoop` uses to filter its tools per sample), `catalog_tools`, `tool_prices` / `model_prices` (lists of `{name, input_per_mtok, output_per_mtok, per_call, per_second}`), `preference` (`{id, kind, instruction, weights: [{key, weight}]}` or null), `task` (the task's JSON text), `tools_kwargs` (per tool of the file `{create_kwargs: {instance_id, task_id, domain}}`, what verl hands a `BaseTool.create`) |
+| `agent_name` | the verl agent loop, `tool_agent` by default (without it verl never calls tools) |
+
+The Arrow schema is explicit so every row has the same types, whatever its preference or tools:
+mappings whose keys vary by row (a preference vector, prices per tool) are stored as lists of
+structs, and free-form JSON (a tau2 task, the ground truth) as text. `decode_extra_info` turns a
+row's `extra_info` back into plain mappings for a reward function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.preferences.assemble import Instance, Split, dumps
+
+_PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_call", "per_second")
+
+
+def arrow_schema(tool_names: list[str]) -> Any:
+    """The rows' pyarrow schema; `tools_kwargs` has one field per tool offered in the file."""
+    import pyarrow as pa
+
+    price = pa.struct([("name", pa.string()), *((f, pa.float64()) for f in _PRICE_FIELDS)])
+    create = pa.struct([("create_kwargs", pa.struct([
+        ("instance_id", pa.string()), ("task_id", pa.string()), ("domain", pa.string())]))])
+    preference = pa.struct([
+        ("id", pa.string()), ("kind", pa.string()), ("instruction", pa.string()),
+        ("weights", pa.list_(pa.struct([("key", pa.string()), ("weight", pa.float64())]))),
+    ])
+    extra = pa.struct([
+        ("index", pa.int64()), ("split", pa.string()), ("instance_id", pa.string()), ("task_id", pa.string()),
+        ("task_kind", pa.string()), ("domain", pa.string()), ("agent_name", pa.string()),
+        ("tools", pa.list_(pa.string())), ("tool_selection", pa.list_(pa.string())),
+        ("catalog_tools", pa.list_(pa.string())),
+        ("tool_prices", pa.list_(price)), ("model_prices", pa.list_(price)),
+        ("preference", preference), ("task", pa.string()),
+        ("tools_kwargs", pa.struct([(name, create) for name in tool_names]) if tool_names
+         else pa.struct([("_none", pa.string())])),
+    ])
+    return pa.schema([
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", extra),
+        ("agent_name", pa.string()),
+    ])
+
+
+def _prices(prices: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": name, **{f: float(getattr(p, f)) for f in _PRICE_FIELDS}} for name, p in prices.items()]
+
+
+def verl_row(instance: Instance, index: int, agent_name: str, tool_names: list[str]) -> dict[str, Any]:
+    """One row; `tool_names` are every tool of the file (each gets `tools_kwargs`, so verl's
+    `tools_kwargs.get(name, {})` never meets a null; `tool_selection` says which are offered)."""
+    pref = instance.preference
+    create = {"create_kwargs": {"instance_id": instance.id, "task_id": instance.task_id, "domain": instance.domain}}
+    return {
+        "data_source": instance.data_source,
+        "prompt": [{"role": m["role"], "content": m["content"]} for m in instance.prompt],
+        "ability": instance.task_kind,
+        "reward_model": {"style": "rule", "ground_truth": dumps(instance.ground_truth)},
+        "extra_info": {
+            "index": index, "split": instance.split, "instance_id": instance.id, "task_id": instance.task_id,
+            "task_kind": instance.task_kind, "domain": instance.domain, "agent_name": agent_name,
+            "tools": instance.tools, "tool_selection": instance.tools, "catalog_tools": instance.catalog_tools,
+            "tool_prices": _prices(instance.tool_prices), "model_prices": _prices(instance.model_prices),
+            "preference": None if pref is None else {
+                "id": pref.id, "kind": pref.kind, "instruction": pref.instruction,
+                "weights": [{"key": k, "weight": float(w)} for k, w in sorted(pref.vector.items())]},
+            "task": dumps(instance.task),
+            "tools_kwargs": {name: create for name in tool_names} if tool_names else {"_none": None},
+        },
+        "agent_name": agent_name,
+    }
+
+
+def to_table(instances: list[Instance], agent_name: str = "tool_agent") -> Any:
+    """The instances as one pyarrow table with the explicit schema."""
+    import pyarrow as pa
+
+    names = sorted({t for inst in instances for t in inst.tools})
+    rows = [verl_row(inst, i, agent_name, names) for i, inst in enumerate(instances)]
+    return pa.Table.from_pylist(rows, schema=arrow_schema(names))
+
+
+def write_verl_parquet(instances: list[Instance], path: str | Path, agent_name: str = "tool_agent") -> Path:
+    """One parquet file in verl's format (written to a temporary sibling, then renamed)."""
+    import os
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(to_table(instances, agent_name), tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_hf_dataset(splits: Mapping[Split, list[Instance]], folder: str | Path, agent_name: str = "tool_agent") -> Path:
+    """A `datasets.DatasetDict` (one split per key) saved with `save_to_disk` into `folder`,
+    which must not exist yet or be empty (callers stage it and rename)."""
+    import datasets
+    from datasets.table import InMemoryTable
+
+    folder = Path(folder)
+    dataset = datasets.DatasetDict({
+        split: datasets.Dataset(InMemoryTable(to_table(list(instances), agent_name)))
+        for split, instances in splits.items()
+    })
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # a stage's log is not a terminal
+    try:
+        dataset.save_to_disk(str(folder))
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
+    return folder
+
+
+def decode_extra_info(extra_info: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's `extra_info` with plain mappings: `preference_vector` ({key: weight} or None),
+    `tool_prices` / `model_prices` ({name: {field: USD}}), `task` (parsed JSON), and
+    `tools_kwargs` reduced to the offered tools."""
+    out = dict(extra_info)
+    pref = extra_info.get("preference")
+    out["preference_vector"] = {w["key"]: w["weight"] for w in pref["weights"]} if pref else None
+    for key in ("tool_prices", "model_prices"):
+        out[key] = {p["name"]: {f: p[f] for f in _PRICE_FIELDS} for p in extra_info.get(key) or []}
+    out["task"] = json.loads(extra_info["task"]) if isinstance(extra_info.get("task"), str) else extra_info.get("task")
+    offered = set(extra_info.get("tools") or [])
+    out["tools_kwargs"] = {k: v for k, v in (extra_info.get("tools_kwargs") or {}).items() if k in offered and v}
+    return out
+
+
+def decode_ground_truth(reward_model: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(reward_model["ground_truth"])
