@@ -40,12 +40,13 @@ def user_message(task: str, preference: str | None) -> str:
 
 @dataclass
 class Episode:
-    """One orchestrator episode in progress."""
+    """One orchestrator episode in progress, with its own tools (e.g. its own live database)."""
 
     trajectory: Trajectory
     context: EpisodeContext
+    toolbox: Toolbox
+    specs: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
-    pending: list[Any] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Message]:
@@ -75,30 +76,40 @@ class Orchestrator:
         self.system_prompt = system_prompt
         self.max_workers = max_workers
 
-    def start(self, task: str, preference: str | None = None) -> Episode:
+    def start(self, task: str, preference: str | None = None, *, toolbox: Toolbox | None = None,
+              messages: list[Message] | None = None) -> Episode:
+        """A new episode. `toolbox` gives it its own tools (default: the orchestrator's);
+        `messages` replaces the default system + user prompt (e.g. a training instance's)."""
         trajectory = Trajectory(task=task, preference=preference, policy=self.policy.model)
-        trajectory.messages.extend([
-            {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": user_message(task, preference)},
-        ])
-        return Episode(trajectory=trajectory, context=EpisodeContext(task=task))
+        if messages is not None:
+            trajectory.messages.extend(dict(m) for m in messages)
+        else:
+            trajectory.messages.extend([
+                {"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": user_message(task, preference)},
+            ])
+        toolbox = toolbox or self.toolbox
+        return Episode(trajectory=trajectory, context=EpisodeContext(task=task), toolbox=toolbox,
+                       specs=toolbox.specs())
 
     def run(self, task: str, preference: str | None = None) -> Trajectory:
         return self.run_batch([(task, preference)])[0]
 
     def run_batch(self, tasks: list[tuple[str, str | None]]) -> list[Trajectory]:
         """Run several episodes in lockstep: one batched policy generation per turn."""
-        episodes = [self.start(task, preference) for task, preference in tasks]
-        specs = self.toolbox.specs()
+        return self.run_episodes([self.start(task, preference) for task, preference in tasks])
+
+    def run_episodes(self, episodes: list[Episode]) -> list[Trajectory]:
+        """Advance started episodes in lockstep until each answers or reaches `max_turns`."""
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
             for _ in range(self.max_turns):
                 active = [e for e in episodes if not e.done]
                 if not active:
                     break
-                completions = self._generate(active, specs)
+                completions = self._generate(active)
                 steps = [self._parse(e, c) for e, c in zip(active, completions, strict=True)]
                 futures = [
-                    pool.submit(self.toolbox.call, call.name, call.arguments, e.context)
+                    pool.submit(e.toolbox.call, call.name, call.arguments, e.context)
                     if isinstance(call, ParsedCall) else None
                     for e, (_, call) in zip(active, steps, strict=True)
                 ]
@@ -112,8 +123,13 @@ class Orchestrator:
 
     # -- phases ------------------------------------------------------------------------------
 
-    def _generate(self, active: list[Episode], specs: list[dict[str, Any]]) -> list[Completion | LLMError]:
-        kwargs = dict(tools=specs, max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed)
+    def _generate(self, active: list[Episode]) -> list[Completion | LLMError]:
+        kwargs: dict[str, Any] = dict(max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed)
+        shared = all(e.specs == active[0].specs for e in active[1:])
+        if shared:
+            kwargs["tools"] = active[0].specs
+        else:
+            kwargs["tools_per_row"] = [e.specs for e in active]
         try:
             return list(self.policy.chat_batch([e.messages for e in active], **kwargs))
         except LLMError as exc:
@@ -123,9 +139,10 @@ class Orchestrator:
             results: list[Completion | LLMError] = []
             for episode in active:
                 try:
-                    results.append(self.policy.chat(episode.messages, **kwargs))
-                except LLMError as exc:
-                    results.append(exc)
+                    results.append(self.policy.chat(episode.messages, tools=episode.specs, max_tokens=self.max_tokens,
+                                                    temperature=self.temperature, seed=self.seed))
+                except LLMError as err:
+                    results.append(err)
             return results
 
     @staticmethod

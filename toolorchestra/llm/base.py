@@ -81,12 +81,20 @@ class LLM(ABC):
         batch: list[list[Message]],
         *,
         tools: list[dict[str, Any]] | None = None,
+        tools_per_row: list[list[dict[str, Any]] | None] | None = None,
         max_tokens: int = 256,
         temperature: float = 0.0,
         seed: int | None = None,
     ) -> list[Completion]:
-        """Several independent chats; backends that can batch override this."""
+        """Several independent chats; backends that can batch override this.
+
+        `tools_per_row` gives each chat its own tool schemas (episodes with different tool sets);
+        otherwise `tools` applies to all.
+        """
+        if tools_per_row is not None and len(tools_per_row) != len(batch):
+            raise ValueError("tools_per_row needs one entry per chat")
         return [
-            self.chat(m, tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)
-            for m in batch
+            self.chat(m, tools=tools_per_row[i] if tools_per_row is not None else tools,
+                      max_tokens=max_tokens, temperature=temperature, seed=seed)
+            for i, m in enumerate(batch)
         ]

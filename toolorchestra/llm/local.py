@@ -87,13 +87,18 @@ class LocalLLM(LLM):
     def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
         return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
 
-    def chat_batch(self, batch, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> list[Completion]:
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
+                   seed=None) -> list[Completion]:
         import torch
         from transformers import StoppingCriteriaList
 
         if not batch:
             return []
-        prompts = [self.render(m, tools) for m in batch]
+        row_tools = tools_per_row if tools_per_row is not None else [tools] * len(batch)
+        if len(row_tools) != len(batch):
+            raise ValueError("tools_per_row needs one entry per chat")
+        prompts = [self.render(m, t) for m, t in zip(batch, row_tools, strict=True)]
+        any_tools = any(row_tools)
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         stop_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
         sampling: dict[str, Any] = {"do_sample": False}
@@ -111,7 +116,7 @@ class LocalLLM(LLM):
                     pad_token_id=self.tokenizer.pad_token_id,
                     # One call per turn: stop right after a complete tool-call block.
                     stopping_criteria=StoppingCriteriaList(
-                        [StopAfterText(self.tokenizer, CLOSE, enc["input_ids"].shape[1])] if tools else []
+                        [StopAfterText(self.tokenizer, CLOSE, enc["input_ids"].shape[1])] if any_tools else []
                     ),
                     **sampling,
                 )

@@ -53,7 +53,8 @@ class Toolbox:
     """Named tools with their prices; one per episode or shared (tools are stateless per call)."""
 
     def __init__(self, tools: Iterable[Tool], *, prices: dict[str, Price] | None = None,
-                 model_prices: dict[str, Price] | None = None) -> None:
+                 model_prices: dict[str, Price] | None = None,
+                 max_observation_chars: int = MAX_OBSERVATION_CHARS) -> None:
         self.tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self.tools:
@@ -61,6 +62,7 @@ class Toolbox:
             self.tools[tool.name] = tool
         self.prices = prices or {}
         self.model_prices = model_prices or {}
+        self.max_observation_chars = max_observation_chars
         self._validators = {
             name: jsonschema.Draft202012Validator(tool.parameters) for name, tool in self.tools.items()
         }
@@ -68,7 +70,7 @@ class Toolbox:
     def with_tools(self, extra: Iterable[Tool], prices: dict[str, Price] | None = None) -> Toolbox:
         """A toolbox with more tools (e.g. a domain's), sharing this one's tools and prices."""
         return Toolbox([*self.tools.values(), *extra], prices={**self.prices, **(prices or {})},
-                       model_prices=self.model_prices)
+                       model_prices=self.model_prices, max_observation_chars=self.max_observation_chars)
 
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
@@ -102,7 +104,7 @@ class Toolbox:
             else:
                 output = tool.run(arguments)
             usage = output.usage
-            result = CallResult(observation=_truncate(output.content), ok=output.ok, usage=usage,
+            result = CallResult(observation=_truncate(output.content, self.max_observation_chars), ok=output.ok, usage=usage,
                                 data=output.data, error=None if output.ok else "tool_error")
         except ToolError as exc:
             result = CallResult(observation=f"Error: {name}: {exc}", ok=False, error="tool_error")

@@ -187,3 +187,36 @@ def test_batch_runs_episodes_in_lockstep_with_concurrent_tools():
     assert [t.answer for t in trajs] == ["a", "b", "c"]
     assert Batched.calls == 2  # one generation per turn for all episodes
     assert time.perf_counter() - started < 0.14  # three 50 ms tool calls ran concurrently
+
+
+def test_episodes_with_their_own_toolboxes_and_prompts_batch_together():
+    class Recording(ScriptedLLM):
+        def chat_batch(self, batch, *, tools=None, tools_per_row=None, **kw):
+            self.last_tools = (tools, tools_per_row)
+            return [self.chat(m, **kw) for m in batch]
+
+    class Mul(Add):
+        name = "mul"
+
+        def run(self, arguments):
+            return ToolOutput(content=str(arguments["a"] * arguments["b"]))
+
+    policy = Recording([call("add", a=2, b=3), call("mul", a=2, b=3), "5", "6"])
+    orch = Orchestrator(policy, Toolbox([]))
+    custom = [{"role": "system", "content": "custom system"}, {"role": "user", "content": "use mul"}]
+    episodes = [orch.start("t1", toolbox=Toolbox([Add()])),
+                orch.start("t2", toolbox=Toolbox([Mul()], max_observation_chars=1000), messages=custom)]
+    trajs = orch.run_episodes(episodes)
+    assert [t.turns[0].observation for t in trajs] == ["5", "6"]
+    assert trajs[1].messages[0]["content"] == "custom system"
+    tools, per_row = policy.last_tools
+    assert tools is None and [s[0]["function"]["name"] for s in per_row] == ["add", "mul"]
+
+
+def test_local_backend_renders_each_rows_tools(tiny_llm):
+    specs = [Add().spec()], [Slow().spec()]
+    out = tiny_llm.chat_batch([[{"role": "user", "content": "x"}]] * 2, tools_per_row=list(specs), max_tokens=2)
+    assert len(out) == 2
+    assert '"name": "add"' in tiny_llm.render([{"role": "user", "content": "x"}], specs[0])
+    with pytest.raises(ValueError, match="one entry per chat"):
+        tiny_llm.chat_batch([[{"role": "user", "content": "x"}]], tools_per_row=[], max_tokens=2)
