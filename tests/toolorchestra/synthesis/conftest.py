@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-TOOLSCALE = ["bank", "basketball", "ecommerce", "medicine", "movie", "restaurant", "travel"]
-
-
-def shared_or_skip(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"third-party test data {path} is absent (see ../shared/data/README.md)")
-    return path
+from shared_data import SHARED, TOOLSCALE, shared_or_skip  # noqa: F401 - re-exported to the tests
 
 
 def events_db(n: int = 20) -> dict[str, Any]:
