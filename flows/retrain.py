@@ -45,9 +45,11 @@ def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force:
 
 
 @flow(name="retrain", log_prints=True)
-def retrain(workspace: str = ".", force: list[str] | None = None, push_outputs: bool = True) -> list[StageOutcome]:
-    """Run every stage of the pipeline that is out of date (or forced)."""
-    return run_stages("retrain", workspace, None, force, push_outputs)
+def retrain(workspace: str = ".", force: list[str] | None = None, push_outputs: bool = True,
+            until: list[str] | None = None) -> list[StageOutcome]:
+    """Run every stage of the pipeline that is out of date (or forced); with `until`, only the
+    stages those need."""
+    return run_stages("retrain", workspace, until or None, force, push_outputs)
 
 
 @flow(name="evaluate", log_prints=True)

@@ -46,6 +46,7 @@ def run(
     params: Annotated[Path | None, typer.Option(help="use this parameters file (copied over params.yaml)")] = None,
     force: Annotated[list[str] | None, typer.Option(help="re-run this stage even if up to date (repeatable)")] = None,
     flow_name: Annotated[str, typer.Option("--flow", help="retrain | evaluate | promote")] = "retrain",
+    until: Annotated[list[str] | None, typer.Option(help="stop after this stage (repeatable; retrain only)")] = None,
     wait: Annotated[float, typer.Option(help="seconds to wait for another run on this workspace")] = 0.0,
     push: Annotated[bool, typer.Option(help="dvc push the outputs at the end")] = True,
 ) -> None:
@@ -82,7 +83,10 @@ def run(
         chosen = {"retrain": flows.retrain, "evaluate": flows.evaluate, "promote": flows.promote}.get(flow_name)
         if chosen is None:
             raise OrchestraError(f"unknown flow {flow_name!r}; choose retrain, evaluate or promote")
-        outcomes = chosen(workspace=str(root), force=list(force or []), push_outputs=push)
+        extra = {"until": list(until)} if until else {}
+        if extra and flow_name != "retrain":
+            raise OrchestraError("--until applies to the retrain flow only")
+        outcomes = chosen(workspace=str(root), force=list(force or []), push_outputs=push, **extra)
         if not settings.prefect_api_url:
             migrated_marker(settings).touch()
     finally:

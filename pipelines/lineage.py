@@ -50,6 +50,9 @@ def resolve(client, ref: str) -> tuple[dict[str, Any] | None, Any]:  # noqa: ANN
 
 
 def _lock_of(client, run_id: str) -> dict[str, Any]:  # noqa: ANN001
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep --json output clean
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(run_id, "dvc.lock", tmp)

@@ -13,6 +13,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 TINY = {
     "synthesize": {"domains": ["library"], "db_size": 12, "tasks_per_domain": 6, "qa_per_domain": 4},
+    "describe": {"measure": {"samples_per_category": 1, "categories": ["qa_numeric", "qa_lookup"],
+                             "max_turns": 2, "max_tokens": 32, "max_workers": 1}},
 }
 
 

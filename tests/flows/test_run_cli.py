@@ -28,7 +28,7 @@ def lock_stages(workspace: Path) -> set[str]:
 
 
 def test_a_killed_stage_leaves_nothing_complete_and_the_next_run_resumes_there(workspace):
-    proc = start(workspace)
+    proc = start(workspace, "--until", "validate")
     deadline = time.time() + 240
     while time.time() < deadline and not list((workspace / "data").glob(".validated.staging-*")):
         assert proc.poll() is None, proc.stdout.read()
@@ -38,7 +38,7 @@ def test_a_killed_stage_leaves_nothing_complete_and_the_next_run_resumes_there(w
     assert not (workspace / "data" / "validated").exists()
     assert lock_stages(workspace) == {"synthesize"}
 
-    again = start(workspace)
+    again = start(workspace, "--until", "validate")
     out, _ = again.communicate(timeout=400)
     assert again.returncode == 0, out
     assert "synthesize  up to date" in out and "validate    ran" in out
@@ -47,7 +47,7 @@ def test_a_killed_stage_leaves_nothing_complete_and_the_next_run_resumes_there(w
 
 
 def test_concurrent_runs_on_one_workspace(workspace):
-    first, second = start(workspace), start(workspace)
+    first, second = start(workspace, "--until", "validate"), start(workspace, "--until", "validate")
     out1, _ = first.communicate(timeout=400)
     out2, _ = second.communicate(timeout=400)
     codes = sorted([first.returncode, second.returncode])
@@ -55,9 +55,9 @@ def test_concurrent_runs_on_one_workspace(workspace):
     loser = out1 if first.returncode else out2
     assert "another `orchestra run` is using this workspace" in loser
     assert lock_stages(workspace) == {"synthesize", "validate"}
-    status = subprocess.run([str(Path(sys.executable).parent / "dvc"), "status"], cwd=workspace,
-                            capture_output=True, text=True)
+    status = subprocess.run([str(Path(sys.executable).parent / "dvc"), "status", "validate", "--with-deps"],
+                            cwd=workspace, capture_output=True, text=True)
     assert "up to date" in status.stdout
     # with --wait the second run queues behind the first instead of failing
-    waiting = [start(workspace, "--wait", "300"), start(workspace, "--wait", "300")]
+    waiting = [start(workspace, "--until", "validate", "--wait", "300") for _ in range(2)]
     assert [p.wait(timeout=400) for p in waiting] == [0, 0]
