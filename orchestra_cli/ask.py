@@ -37,7 +37,7 @@ def resolve_policy(catalog, policy: str | None, settings):  # noqa: ANN001, ANN2
 def ask(
     question: Annotated[str, typer.Argument(help="the task or question")],
     catalog: Annotated[Path | None, typer.Option(help="tool catalog YAML (default: the embedded one)")] = None,
-    policy: Annotated[str | None, typer.Option(help="orchestrator: a catalog model alias or a model folder")] = None,
+    policy: Annotated[str | None, typer.Option(help="orchestrator: a catalog alias, a model folder, or models:/NAME@ALIAS")] = None,
     preference: Annotated[str | None, typer.Option(help="user preference, appended to the task")] = None,
     max_turns: Annotated[int, typer.Option(min=1, max=100)] = 6,
     max_tokens: Annotated[int, typer.Option(min=1, help="tokens per orchestrator turn")] = 192,
@@ -51,11 +51,18 @@ def ask(
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
 
+    from toolorchestra.registry.policy import is_registry_ref, load_policy
+
     settings = load_settings()
-    cat = load_catalog(catalog) if catalog else load_embedded_catalog()
+    cat = load_catalog(catalog) if catalog else None
+    if is_registry_ref(policy):  # models:/NAME@ALIAS or models:/NAME/VERSION from the MLflow registry
+        llm, price, trained_with = load_policy(policy, settings)
+        cat = cat or trained_with  # by default, the tools and prices it was trained with
+    else:
+        cat = cat or load_embedded_catalog()
+        llm, price = resolve_policy(cat, policy, settings)
     only = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
     toolbox = build_toolbox(cat, settings, only=only)
-    llm, price = resolve_policy(cat, policy, settings)
     orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns,
                                 max_tokens=max_tokens, temperature=temperature)
     trajectory = orchestrator.run(question, preference)

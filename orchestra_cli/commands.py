@@ -1,3 +1,3 @@
 """Imports every command module so each registers its commands on the app."""
 
-from orchestra_cli import ask, audit, descpref, run, stage, toolscale  # noqa: F401
+from orchestra_cli import ask, audit, descpref, doctor, evalpromote, run, stage, toolscale, train  # noqa: F401

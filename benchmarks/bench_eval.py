@@ -1,0 +1,129 @@
+"""Evaluation throughput: tasks per second with a local model, serial vs concurrent.
+
+    python benchmarks/bench_eval.py [--tasks 8] [--max-turns 2] [--max-tokens 48] [--device auto]
+                                    [--expert-latency 0.0] [--model FOLDER]
+
+The evaluation runner (`toolorchestra.evaluation.runner.evaluate`) runs two methods on held-out
+tasks of a freshly synthesized `library` domain (half QA, half tool use) with the `answer` expert
+(SmolLM2) and the code interpreter:
+
+- the prompted SmolLM2 orchestrator (or the model folder given): dominated by policy generation;
+- the random router: no policy model, every turn an expert call, so it measures tool/LLM-call
+  concurrency;
+
+each twice:
+
+- **serial**: one episode at a time (`batch_size=1`) and one tool call at a time (`max_workers=1`);
+- **concurrent**: all episodes in lockstep, one batched `generate` per turn, and the tool calls of
+  a turn in a thread pool (`max_workers=8`).
+
+It prints tasks/s for each, the speed-up, and whether both modes produced the same outcomes
+(greedy decoding). `--expert-latency S` makes every expert call also wait S seconds, as a remote
+endpoint would; a local expert model serialises its calls behind one lock, so the thread pool only
+pays off for remote experts (and tools).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from toolorchestra.llm.base import LLM, Completion  # noqa: E402
+
+
+class RemoteLike(LLM):
+    """A local model that also waits like a network call (the wait happens outside its lock)."""
+
+    def __init__(self, inner: LLM, latency_s: float) -> None:
+        self.inner, self.latency_s, self.model = inner, latency_s, inner.model
+
+    def chat(self, messages, **kwargs) -> Completion:
+        time.sleep(self.latency_s)
+        reply = self.inner.chat(messages, **kwargs)
+        return reply.model_copy(update={"latency_s": reply.latency_s + self.latency_s})
+
+
+def synthesize(root: Path, tasks: int) -> Path:
+    from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
+    from toolorchestra.synthesis.domains import load_embedded
+    from toolorchestra.synthesis.procedural import ProceduralConfig
+
+    domain = load_embedded("library", seed=0, size=20)
+    easy = ProceduralConfig(max_hops=0, p_condition=0.0, p_second_write=0.0)
+    result = synthesize_domain(domain, tasks=max(4, tasks), seed=0, qa=max(4, tasks), evolve_fraction=0.0, config=easy)
+    write_domain_folder(root / "toolscale" / "library", result, qa_file=root / "qa" / "library.jsonl",
+                        docs_file=root / "qa" / "docs" / "library.jsonl")
+    return root
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=8, help="tasks per mode (half QA, half tool use)")
+    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")
+    parser.add_argument("--model", default=None, help="policy model folder (default: SmolLM2-135M-Instruct)")
+    args = parser.parse_args()
+
+    import torch
+
+    from toolorchestra.core.settings import Settings, find_workspace
+    from toolorchestra.evaluation import methods as m
+    from toolorchestra.evaluation.benchmarks import QASpec, ToolScaleSpec, build_benchmarks
+    from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
+    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+    from toolorchestra.rl.episodes import EpisodeConfig
+    from toolorchestra.tools.catalog import load_embedded_catalog
+
+    repo = find_workspace(Path(__file__).resolve().parent)
+    settings = Settings(workspace=repo)  # the repo's model cache: SmolLM2 is converted once
+    catalog = load_embedded_catalog().subset(["answer", "code_interpreter"])
+    policy = build_llm(LocalLLMConfig(model=args.model or "smollm2-135m-instruct", device=args.device), settings)
+    expert = policy if args.expert_latency <= 0 else RemoteLike(policy, args.expert_latency)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = synthesize(Path(tmp), args.tasks)
+        half = args.tasks // 2
+        benches = build_benchmarks([ToolScaleSpec(name="toolscale", max_tasks=args.tasks - half),
+                                    QASpec(name="qa", max_tasks=half)],
+                                   tasks_root=root, workspace=root, seed=0, train_ids=set())
+        n = sum(len(b.items) for b in benches)
+        methods = [m.orchestrator("prompted", policy, policy_alias="smollm2"),
+                   m.random_router(catalog, seed=0, max_turns=args.max_turns)]
+        prompt = PromptConfig(max_policy_chars=600)
+        cpu = platform.processor() or platform.machine()
+        print(f"device: {policy.device}, torch threads: {torch.get_num_threads()}, {cpu}")
+        print(f"{n} tasks ({', '.join(f'{b.name}: {len(b.items)}' for b in benches)}), max_turns={args.max_turns}, "
+              f"max_tokens={args.max_tokens}, expert latency {args.expert_latency}s")
+        evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=lambda a: expert,  # warm-up
+                 config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
+        for method in methods:
+            results = {}
+            for mode, batch, workers in (("serial", 1, 1), ("concurrent", n, 8)):
+                config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,
+                                                          max_workers=workers), batch_size=batch, prompt=prompt)
+                started = time.perf_counter()
+                run = evaluate([method], benches, catalog=catalog, settings=settings, config=config,
+                               llm_for=lambda a: expert)
+                seconds = time.perf_counter() - started
+                turns = sum(r.turns for r in run.records)
+                calls = sum(sum(r.tool_calls.values()) for r in run.records)
+                results[mode] = (seconds, sorted((r.key, r.correct, tuple(sorted(r.tool_calls.items())))
+                                                 for r in run.records))
+                print(f"{method.name:>13} {mode:>10}: {n} tasks in {seconds:6.1f}s = {n / seconds:.3f} tasks/s "
+                      f"({turns} turns, {calls} tool calls, accuracy "
+                      f"{run.summary[method.name]['overall'].accuracy:.2f})")
+            speedup = results["serial"][0] / results["concurrent"][0]
+            same = results["serial"][1] == results["concurrent"][1]
+            print(f"{method.name:>13} speed-up concurrent / serial: x{speedup:.2f}; same outcomes: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Stage `evaluate` through the stage runner: report files, identical task lists, clear errors, CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "evaluation"))
+from eval_fixtures import (  # noqa: E402
+    make_checkpoint,
+    read_jsonl,
+    save_tiny_model,
+    tiny_catalog_data,
+    write_preferences,
+    write_tasks_folder,
+)
+
+from pipelines.runner import run_stage  # noqa: E402
+from toolorchestra.core.errors import ConfigError  # noqa: E402
+from toolorchestra.core.settings import Settings  # noqa: E402
+
+SECTION = {
+    "deps": {"model": "models/orchestrator", "tasks": "data/validated", "preferences": "data/preferences"},
+    "outs": {"report": "reports/eval"},
+    "benchmarks": [{"name": "toolscale", "kind": "toolscale", "max_tasks": 1},
+                   {"name": "qa", "kind": "qa", "max_tasks": 2},
+                   {"name": "preferences", "kind": "preferences", "max_tasks": 2}],
+    "methods": {"champion": False},
+    "episode": {"max_turns": 2, "max_tokens": 8},
+    "batch_size": 8,
+}
+
+
+def make_workspace(root: Path, tiny_llm) -> Path:
+    tiny = save_tiny_model(tiny_llm, root / "tiny")
+    catalog = tiny_catalog_data(tiny)
+    write_tasks_folder(root / "data" / "validated", tasks=10, qa=6)
+    write_preferences(root / "data" / "preferences", catalog)
+    make_checkpoint(tiny_llm, root / "models" / "orchestrator", base_model=tiny, catalog_data=catalog)
+    write_params(root, {})
+    return root
+
+
+def write_params(root: Path, extra: dict) -> None:
+    section = json.loads(json.dumps(SECTION))
+    section.update(extra)
+    (root / "params.yaml").write_text(yaml.safe_dump({"base": {"seed": 3}, "evaluate": section}, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def workspace(tiny_llm, tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("ws"), tiny_llm)
+
+
+def settings_of(root: Path) -> Settings:
+    return Settings(workspace=root, state_dir=root / ".orchestra")
+
+
+def test_stage_reports_every_method_on_identical_tasks(workspace):
+    write_params(workspace, {})
+    metrics = run_stage("evaluate", params_file=workspace / "params.yaml", settings=settings_of(workspace), track=False)
+    report = workspace / "reports" / "eval"
+    for name in ("metrics.json", "per_task.jsonl", "tasks.json", "adherence.jsonl", "table.json", "report.md",
+                 "pareto.png"):
+        assert (report / name).is_file(), name
+    document = json.loads((report / "metrics.json").read_text())
+    methods = [m["name"] for m in document["methods"]]
+    assert methods == ["trained", "prompted", "expert:tiny", "random_router"]
+    assert document["champion"] is None and document["weights_sha256"] and not document["train_set_known"]
+    rows = read_jsonl(report / "per_task.jsonl")
+    lists = {m: sorted(f"{r['key']}#{r['variant']}" for r in rows if r["method"] == m) for m in methods}
+    assert len({tuple(v) for v in lists.values()}) == 1  # the identical task list for every method
+    assert len(lists["trained"]) == len(json.loads((report / "tasks.json").read_text())) + 2  # + neutral runs
+    assert {"accuracy", "cost_mean", "latency_mean", "eval/random_router/overall/accuracy",
+            "eval/trained/preferences/adherence"} <= set(metrics)
+    assert metrics["cost_mean"] > 0 and 0 <= metrics["accuracy"] <= 1
+    from pipelines.evaluate import report_markdown
+
+    published = report_markdown(workspace)
+    assert published.startswith("# Evaluation") and "data:image/png;base64," in published
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"deps": {"model": "models/orchestrator", "tasks": "data/validated"}}, "deps.preferences is required"),
+    ({"outs": {"report": "reports/eval.json"}}, "must be a folder path"),
+    ({"judge": {"model": "tiny", "backend": {"kind": "local"}}}, "either `model`"),
+    ({"benchmarks": [{"name": "x", "kind": "mystery"}]}, "evaluate.benchmarks"),
+    ({"tools": ["web_search"]}, "not in the model's catalog"),
+    ({"judge": {"model": "gpt-9"}}, "judge model 'gpt-9' is not a catalog model alias"),
+])
+def test_bad_parameters_are_clear_errors(workspace, extra, message):
+    write_params(workspace, extra)
+    try:
+        with pytest.raises(ConfigError, match=message):
+            run_stage("evaluate", params_file=workspace / "params.yaml", settings=settings_of(workspace), track=False)
+    finally:
+        write_params(workspace, {})
+
+
+def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspace, monkeypatch):
+    from typer.testing import CliRunner
+
+    import orchestra_cli.evalpromote  # noqa: F401 - registers the commands
+    from orchestra_cli.main import app
+
+    for key in [k for k in __import__("os").environ if k.startswith("ORCHESTRA_")]:
+        monkeypatch.delenv(key)
+    write_params(workspace, {})
+    before = (workspace / "reports" / "eval" / "metrics.json").read_bytes() if (workspace / "reports" / "eval").exists() else b""
+    result = CliRunner().invoke(app, ["evaluate", "--bench", "qa", "--model", str(workspace / "models" / "orchestrator"),
+                                      "--params", str(workspace / "params.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "| trained (candidate) |" in result.output
+    ad_hoc = json.loads((workspace / ".orchestra" / "cli" / "evaluate" / "metrics.json").read_text())
+    assert [b["name"] for b in ad_hoc["benchmarks"]] == ["qa"]
+    after = (workspace / "reports" / "eval" / "metrics.json").read_bytes() if before else b""
+    assert after == before  # the pipeline's report is untouched
+    import mlflow
+
+    mlflow.set_tracking_uri(settings_of(workspace).tracking_uri)
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    logged = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "eval")}
+    assert {"eval/pareto.png", "eval/report.md", "eval/per_task.jsonl"} <= logged
+    table = mlflow.MlflowClient().load_table(run.info.experiment_id, "evaluation/table.json",
+                                             run_ids=[run.info.run_id])
+    assert {"method", "benchmark", "accuracy", "cost_mean_usd", "latency_mean_s"} <= set(table.columns)
+    per_task = mlflow.MlflowClient().load_table(run.info.experiment_id, "evaluation/per_task.json",
+                                                run_ids=[run.info.run_id])
+    assert len(per_task) == 4 * 2 and {"correct", "judge", "cost_usd"} <= set(per_task.columns)  # 4 methods x 2 QA
+    assert run.data.metrics["accuracy"] == ad_hoc["summary"]["trained"]["overall"]["accuracy"]
+    bad = CliRunner().invoke(app, ["evaluate", "--bench", "nope", "--params", str(workspace / "params.yaml")])
+    assert bad.exit_code != 0 and "known: ['toolscale', 'qa', 'preferences']" in str(bad.exception)

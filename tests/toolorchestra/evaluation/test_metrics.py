@@ -1,0 +1,66 @@
+"""Metrics: accuracy / cost / latency per method and benchmark, and preference adherence."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolorchestra.evaluation.metrics import TaskRecord, adherence_checks, intent_followed, summarize
+
+
+def record(method="m", bench="b", key="b/t1", variant="plain", correct=True, cost=0.01, latency=1.0, calls=None,
+           intents=None, offered=("web_search", "answer"), kind_="cost", valid=True):
+    return TaskRecord(method=method, benchmark=bench, task_id=key.split("/", 1)[1], key=key, kind="qa",
+                      variant=variant, preference_kind=kind_ if intents else None, intents=intents or [],
+                      correct=correct, answered=True, format_valid=valid, cost_usd=cost, latency_s=latency, turns=1,
+                      tool_calls=calls or {}, offered_tools=list(offered))
+
+
+@pytest.mark.parametrize(("key", "prefer", "value", "neutral", "followed"), [
+    ("calls/web_search", "lower", 0, 0, True),      # not calling is following, even if it never did
+    ("calls/web_search", "lower", 1, 2, True),      # called less than without the instruction
+    ("calls/web_search", "lower", 2, 2, False),
+    ("calls/answer", "higher", 0, 0, False),        # asked to use it, never did
+    ("calls/answer", "higher", 1, 1, True),
+    ("calls/answer", "higher", 1, 2, False),
+    ("cost", "lower", 0.0099, 0.01, False),         # within the 5% noise margin: unchanged
+    ("cost", "lower", 0.009, 0.01, True),
+    ("latency", "lower", 0.0, 3.0, True),
+    ("latency", "lower", 3.1, 3.0, False),
+])
+def test_intent_followed(key, prefer, value, neutral, followed):
+    assert intent_followed(key, prefer, value, neutral, margin=0.05) is followed
+
+
+def test_adherence_pairs_instructed_with_neutral_and_skips_unoffered_tools():
+    avoid = [{"key": "accuracy", "prefer": "higher"}, {"key": "calls/web_search", "prefer": "lower"}]
+    cheap = [{"key": "accuracy", "prefer": "higher"}, {"key": "cost", "prefer": "lower"}]
+    other = [{"key": "calls/code_interpreter", "prefer": "higher"}]
+    records = [
+        record(key="p/t1", variant="instructed", intents=avoid, calls={"web_search": 0}, kind_="avoid_tool"),
+        record(key="p/t1", variant="neutral", intents=avoid, calls={"web_search": 1}, kind_="avoid_tool"),
+        record(key="p/t2", variant="instructed", intents=cheap, cost=0.02),
+        record(key="p/t2", variant="neutral", intents=cheap, cost=0.01),
+        record(key="p/t3", variant="instructed", intents=other),  # tool not offered: skipped
+        record(key="p/t3", variant="neutral", intents=other),
+    ]
+    checks = adherence_checks(records)
+    assert [(c["key"], c["intent"], c["followed"]) for c in checks] == [
+        ("p/t1", "calls/web_search", True), ("p/t2", "cost", False)]
+    summary = summarize(records)["m"]["b"]
+    assert summary.adherence == 0.5 and summary.adherence_n == 2
+    assert summary.adherence_by_kind == {"avoid_tool": 1.0, "cost": 0.0}
+
+
+def test_summary_pools_benchmarks_and_ignores_neutral_runs():
+    records = [
+        record(bench="qa", key="qa/a", correct=True, cost=0.01, latency=1.0, calls={"answer": 1}),
+        record(bench="qa", key="qa/b", correct=False, cost=0.03, latency=3.0, valid=False),
+        record(bench="p", key="p/c", variant="instructed", correct=True, cost=0.02, latency=2.0, intents=[]),
+        record(bench="p", key="p/c", variant="neutral", correct=False, cost=9.0, latency=9.0),
+    ]
+    out = summarize(records)["m"]
+    assert out["qa"].n == 2 and out["qa"].accuracy == 0.5 and out["qa"].cost_mean == pytest.approx(0.02)
+    assert out["qa"].format_valid_rate == 0.5 and out["qa"].calls_per_task == {"answer": 0.5}
+    overall = out["overall"]
+    assert overall.n == 3 and overall.accuracy == pytest.approx(2 / 3)
+    assert overall.cost_total == pytest.approx(0.06) and overall.latency_mean == pytest.approx(2.0)

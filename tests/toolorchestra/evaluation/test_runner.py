@@ -1,0 +1,120 @@
+"""An evaluation end to end with the tiny model as the orchestrator and scripted experts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from eval_fixtures import ScriptedLLM
+
+from toolorchestra.core.errors import OrchestraError
+from toolorchestra.evaluation import methods as m
+from toolorchestra.evaluation.benchmarks import PreferenceSpec, QASpec, ToolScaleSpec, build_benchmarks
+from toolorchestra.evaluation.judges import LLMJudge
+from toolorchestra.evaluation.metrics import task_lists
+from toolorchestra.evaluation.report import write_report
+from toolorchestra.evaluation.runner import EvalConfig, evaluate, make_instance
+from toolorchestra.rl.episodes import EpisodeConfig
+
+
+@pytest.fixture(scope="module")
+def benchmarks(eval_tasks, pairs):
+    specs = [ToolScaleSpec(name="toolscale", max_tasks=2), QASpec(name="qa", max_tasks=2),
+             PreferenceSpec(name="prefs", max_tasks=2)]
+    return build_benchmarks(specs, tasks_root=eval_tasks, workspace=eval_tasks, seed=0, preference_pairs=pairs,
+                            train_ids=set())
+
+
+@pytest.fixture(scope="module")
+def run(benchmarks, catalog, tiny_llm, tmp_path_factory):
+    from toolorchestra.core.settings import Settings
+
+    root = tmp_path_factory.mktemp("eval-run")
+    settings = Settings(workspace=root, state_dir=root / ".orchestra")
+    expert = ScriptedLLM("42", model="smollm2")
+    methods = [m.orchestrator("trained", tiny_llm, policy_alias="smollm2", role="candidate"),
+               m.orchestrator("prompted", ScriptedLLM("I think it is 7.", model="base"), policy_alias="smollm2"),
+               *m.expert_methods(catalog, lambda alias: expert),
+               m.random_router(catalog, seed=0, max_turns=2)]
+    judge = LLMJudge(ScriptedLLM("no", model="judge"))
+    config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8), batch_size=4)
+    return evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
+                    llm_for=lambda alias: expert)
+
+
+def test_baselines_and_orchestrator_run_identical_task_lists(run, benchmarks):
+    lists = task_lists(run.records)
+    assert set(lists) == {"trained", "prompted", "expert:smollm2", "random_router"}
+    reference = lists["trained"]
+    assert all(keys == reference for keys in lists.values())
+    expected = {f"{i.key}#{v}" for b in benchmarks for i in b.items
+                for v in (("instructed", "neutral") if i.preference else ("plain",))}
+    assert set(reference) == expected and len(reference) == len(expected)
+
+
+def test_records_carry_judgement_trajectory_and_accounting(run, catalog):
+    by_method = {r.method: r for r in run.records if r.benchmark == "qa"}
+    router = by_method["random_router"]
+    assert router.tool_calls.get("answer") == 1 and router.stop_reason == "answer_tool"
+    assert router.cost_usd > 0 and router.judgement["method"] == "llm"  # rule failed ("42"), the judge said no
+    assert router.trajectory["turns"][0]["tool"] == "answer"
+    expert = by_method["expert:smollm2"]
+    assert "answer" not in expert.offered_tools and "code_interpreter" in expert.offered_tools
+    assert expert.cost_usd == pytest.approx((100 * 0.02 + 10 * 0.02) / 1e6)  # its own tokens at its price
+    tool_use = [r for r in run.records if r.kind == "tool_use"]
+    assert tool_use and all(r.judgement["method"] == "toolscale" and "db" in r.judgement["details"] for r in tool_use)
+    prefs = [r for r in run.records if r.benchmark == "prefs" and r.method == "trained"]
+    assert {r.variant for r in prefs} == {"instructed", "neutral"}
+    instructed = next(r for r in prefs if r.variant == "instructed")
+    assert instructed.preference and instructed.preference in instructed.trajectory["messages"][1]["content"]
+
+
+def test_llm_judge_can_turn_a_failed_exact_match_into_a_pass(benchmarks, catalog, settings):
+    expert = ScriptedLLM("something else entirely", model="smollm2")
+    config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8))
+    qa = [b for b in benchmarks if b.name == "qa"]
+    router = [m.random_router(catalog, seed=0, max_turns=1)]
+    strict = evaluate(router, qa, catalog=catalog, settings=settings, config=config, llm_for=lambda a: expert)
+    lenient = evaluate(router, qa, catalog=catalog, settings=settings, config=config, llm_for=lambda a: expert,
+                       judge=LLMJudge(ScriptedLLM("yes")))
+    assert strict.summary["random_router"]["qa"].accuracy == 0.0
+    assert lenient.summary["random_router"]["qa"].accuracy == 1.0
+    assert lenient.summary["random_router"]["qa"].llm_judged == 2
+
+
+def test_identical_task_check_catches_a_divergent_method(run):
+    import dataclasses
+
+    broken = dataclasses.replace(run, records=[r for r in run.records
+                                               if not (r.method == "prompted" and r.benchmark == "qa")])
+    with pytest.raises(OrchestraError, match="identical task lists"):
+        broken.check_identical_tasks()
+    run.check_identical_tasks()
+
+
+def test_instances_share_prompts_across_variants_except_the_preference(benchmarks, catalog):
+    item = next(i for b in benchmarks for i in b.items if i.preference is not None)
+    from toolorchestra.evaluation.runner import PromptConfig
+
+    tools = [t.name for t in catalog.tools]
+    with_pref = make_instance(item, catalog, tools, PromptConfig(), instructed=True, seed=0)
+    neutral = make_instance(item, catalog, tools, PromptConfig(), instructed=False, seed=0)
+    assert with_pref.id == neutral.id == item.key
+    assert with_pref.prompt[0] == neutral.prompt[0]  # same system prompt and price sheet
+    assert item.preference.instruction in with_pref.prompt[1]["content"]
+    assert item.preference.instruction not in neutral.prompt[1]["content"]
+    assert with_pref.catalog_tools == neutral.catalog_tools == tools
+
+
+def test_report_files(run, tmp_path):
+    files = write_report(run, tmp_path / "report", notes=["a note"], candidate="trained")
+    metrics = json.loads(files["metrics"].read_text())
+    assert metrics["candidate"] == "trained" and set(metrics["summary"]) == set(task_lists(run.records))
+    assert metrics["labels"]["expert:smollm2"] == ["strongest", "cheapest"]
+    assert files["pareto"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = files["report"].read_text()
+    assert "| trained (candidate) |" in report and "a note" in report and run.fingerprint in report
+    per_task = [json.loads(line) for line in files["per_task"].read_text().splitlines()]
+    assert len(per_task) == len(run.records) and all("judgement" in r and "trajectory" in r for r in per_task)
+    table = json.loads(files["table"].read_text())
+    assert {r["benchmark"] for r in table} == {"toolscale", "qa", "prefs", "overall"}

@@ -1,0 +1,139 @@
+"""Fixtures for the training tests: a small validated task folder, instances, a scripted expert,
+and the tiny random-weight model saved as a model folder (GRPO loads models from a path)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolorchestra.llm.base import LLM, Completion, Usage
+
+
+class ScriptedExpert(LLM):
+    """An expert LLM that always replies with the same text (no model loading in tests)."""
+
+    def __init__(self, reply: str = "42", model: str = "smollm2") -> None:
+        self.reply, self.model, self.calls = reply, model, 0
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+        self.calls += 1
+        return Completion(text=self.reply, usage=Usage(prompt_tokens=50, completion_tokens=5), latency_s=0.01,
+                          model=self.model)
+
+
+def write_tasks_folder(root: Path, *, tasks: int = 12, qa: int = 4, seed: int = 0) -> Path:
+    """`root/toolscale/library/...` (easy procedural tasks) and `root/qa/library.jsonl`."""
+    from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
+    from toolorchestra.synthesis.domains import load_embedded
+    from toolorchestra.synthesis.procedural import ProceduralConfig
+
+    domain = load_embedded("library", seed=seed, size=20)
+    easy = ProceduralConfig(max_hops=0, p_condition=0.0, p_second_write=0.0)
+    result = synthesize_domain(domain, tasks=tasks, seed=seed, qa=qa, evolve_fraction=0.0, config=easy)
+    write_domain_folder(root / "toolscale" / "library", result, qa_file=root / "qa" / "library.jsonl",
+                        docs_file=root / "qa" / "docs" / "library.jsonl")
+    return root
+
+
+@pytest.fixture(scope="session")
+def rl_tasks(tmp_path_factory) -> Path:
+    return write_tasks_folder(tmp_path_factory.mktemp("validated"))
+
+
+@pytest.fixture(scope="session")
+def answer_catalog():
+    """The embedded catalog reduced to its `answer` expert (SmolLM2 alias, replaced by a script)."""
+    from toolorchestra.tools.catalog import load_embedded_catalog
+
+    return load_embedded_catalog().subset(["answer"])
+
+
+@pytest.fixture(scope="session")
+def expert() -> ScriptedExpert:
+    return ScriptedExpert()
+
+
+@pytest.fixture(scope="session")
+def splits(rl_tasks, answer_catalog):
+    from toolorchestra.rl.instances import build_instances
+
+    return build_instances(rl_tasks, answer_catalog, include_policy=False, eval_task_fraction=0.2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tool_use(splits):
+    return [i for i in splits["train"] if i.kind == "tool_use"]
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory):
+    from toolorchestra.core.settings import Settings
+
+    root = tmp_path_factory.mktemp("workspace")
+    return Settings(workspace=root, state_dir=root / ".orchestra")
+
+
+@pytest.fixture
+def make_env(rl_tasks, answer_catalog, settings, expert):
+    from toolorchestra.rl.episodes import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.rl.instances import DomainLocator
+
+    def make(expert_llm: LLM | None = None, **config) -> RolloutEnvironment:
+        chosen = expert_llm or expert
+        return RolloutEnvironment(answer_catalog, settings, DomainLocator([rl_tasks]), EpisodeConfig(**config),
+                                  llm_for=lambda alias: chosen)
+
+    return make
+
+
+class GoldenPolicy(LLM):
+    """Plays each tool-use instance's golden calls, then states the communicate values; `mode`
+    breaks it on purpose: `malformed` (broken JSON), `wrong` (answers without calling anything),
+    `answer_tool` (QA: calls the `answer` expert)."""
+
+    def __init__(self, instances, mode: str = "golden", model: str = "golden") -> None:
+        self.by_prompt = {i.prompt[-1]["content"]: i for i in instances}
+        self.mode, self.model = mode, model
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+        from toolorchestra.llm.hermes import format_tool_call
+
+        instance = self.by_prompt[messages[1]["content"]]
+        done = sum(m["role"] == "assistant" for m in messages)
+        if self.mode == "malformed":
+            text = '<tool_call>\n{"name": "get_member_details", "arguments": {oops}\n</tool_call>'
+        elif self.mode == "wrong":
+            text = "I cannot help with that."
+        elif self.mode == "answer_tool":
+            text = format_tool_call("answer", {"model": "smollm2"})
+        else:
+            actions = instance.tau2_task.actions
+            if done < len(actions):
+                text = format_tool_call(actions[done].name, actions[done].arguments)
+            else:
+                text = "Done. " + "; ".join(instance.tau2_task.communicate_info)
+        return Completion(text=text, usage=Usage(prompt_tokens=400, completion_tokens=30), latency_s=0.05,
+                          model=self.model)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tiny_llm, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tiny_llm.lm.save_pretrained(folder)
+    tiny_llm.tokenizer.save_pretrained(folder)
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "llama"
+    return folder
+
+
+@pytest.fixture(scope="session")
+def golden_policy():
+    """The `GoldenPolicy` class (build it with instances and a mode)."""
+    return GoldenPolicy
+
+
+@pytest.fixture(scope="session")
+def scripted_expert():
+    """The `ScriptedExpert` class (an expert LLM with a fixed reply)."""
+    return ScriptedExpert

@@ -1,0 +1,93 @@
+"""Rollout episodes: per-episode tools and databases, the shared scorer, golden conversations."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolorchestra.rl.episodes import said_to_user, score_rollout
+
+
+def test_golden_policy_solves_every_tool_use_instance_with_metrics(make_env, tool_use, golden_policy):
+    env = make_env()
+    instances = tool_use[:4]
+    rollouts = env.run(golden_policy(instances), instances, temperature=0.0)
+    for rollout, instance in zip(rollouts, instances, strict=True):
+        assert rollout.correct and rollout.valid, rollout.details
+        metrics = rollout.metrics()
+        for action in instance.tau2_task.actions:
+            assert metrics[f"calls/{action.name}"] >= 1
+        # The policy's tokens are priced at this instance's (perturbed) price for the policy model.
+        price = env.policy_price(instance)
+        assert metrics["cost"] == pytest.approx(len(rollout.trajectory.turns) * (400 * price.input_per_mtok + 30 * price.output_per_mtok) / 1e6)
+        assert metrics["latency"] > 0
+
+
+def test_episodes_of_one_batch_have_separate_databases(make_env, tool_use, golden_policy):
+    writer = next(i for i in tool_use if any(a.name.startswith(("update_", "set_", "create_", "delete_"))
+                                               for a in i.tau2_task.actions))
+    rollouts = make_env().run(golden_policy([writer]), [writer, writer, writer], temperature=0.0)
+    # Had the writes shared one database, the second and third replays would diverge from the golden hash.
+    assert [r.correct for r in rollouts] == [True, True, True]
+    assert len({id(r.trajectory) for r in rollouts}) == 3
+
+
+def test_malformed_and_wrong_rollouts(make_env, tool_use, golden_policy):
+    instance = tool_use[0]
+    [malformed] = make_env(max_turns=2).run(golden_policy([instance], "malformed"), [instance])
+    assert not malformed.format_valid and not malformed.valid and not malformed.correct
+    assert malformed.trajectory.turns[0].error == "malformed_call"
+    [wrong] = make_env().run(golden_policy([instance], "wrong"), [instance])
+    assert wrong.valid and not wrong.correct
+    assert wrong.details["db"] in (0.0, 1.0) and (wrong.details["action"] == 0.0)
+
+
+def test_qa_instance_is_judged_on_the_expert_answer(make_env, splits, golden_policy, scripted_expert):
+    qa = next(i for i in splits["train"] if i.kind == "qa")
+    right = make_env(expert_llm=scripted_expert(str(qa.answer)))
+    [rollout] = right.run(golden_policy([qa], "answer_tool"), [qa])
+    assert rollout.trajectory.stop_reason == "answer_tool" and rollout.correct and rollout.valid
+    assert rollout.metrics()["calls/answer"] == 1 and rollout.metrics()["cost"] > 0  # expert tokens priced
+    [wrong] = make_env(expert_llm=scripted_expert("certainly not the answer")).run(golden_policy([qa], "answer_tool"), [qa])
+    assert wrong.valid and not wrong.correct
+
+
+def test_domain_tools_are_capped_but_golden_ones_kept(make_env, tool_use):
+    env = make_env(max_domain_tools=3)
+    for instance in tool_use:
+        offered = env.offered_domain_tools(instance)
+        assert set(instance.required_tools) <= set(offered)
+        assert len(offered) == max(3, len(instance.required_tools))
+        assert offered == env.offered_domain_tools(instance)  # seeded: the same every time
+    setup = env.setup(tool_use[0])
+    names = [s["function"]["name"] for s in setup.specs]
+    assert names == env.offered_domain_tools(tool_use[0]) + tool_use[0].catalog_tools
+
+
+def test_golden_conversation_replays_real_observations(make_env, tool_use, splits):
+    env = make_env()
+    messages, specs = env.golden_conversation(tool_use[0])
+    calls = [m for m in messages if m["role"] == "assistant"][:-1]
+    observations = [m for m in messages if m["role"] == "tool"]
+    assert len(calls) == len(observations) == len(tool_use[0].tau2_task.actions)
+    assert all("<tool_call>" in m["content"] for m in calls)
+    assert not any(o["content"].startswith("Error") for o in observations)
+    for value in tool_use[0].tau2_task.communicate_info:
+        assert value in messages[-1]["content"]
+    qa = next(i for i in splits["train"] if i.kind == "qa")
+    assert env.golden_conversation(qa) is None
+
+
+def test_scorer_reads_only_what_was_said_outside_tool_calls(make_env, tool_use, golden_policy):
+    env = make_env()
+    instance = next(i for i in tool_use if i.tau2_task.communicate_info)
+    [rollout] = env.run(golden_policy([instance]), [instance])
+    said = said_to_user(rollout.trajectory)
+    assert said and not any("<tool_call>" in s for s in said)
+    # Remove the final reply: the values were never told to the user, so the task fails.
+    rollout.trajectory.turns[-1].text = "Done."
+    setup = env.setup(instance)
+    for turn in rollout.trajectory.turns:
+        if turn.tool:
+            setup.toolbox.call(turn.tool, turn.arguments or {})
+    correct, details = score_rollout(instance, rollout.trajectory, setup.env)
+    assert not correct and details["communicate"] == 0.0

@@ -1,0 +1,156 @@
+"""TRL backend with the tiny model: the reward contract reaches TRL's advantages, tool tokens are
+masked out of the loss, and a GRPO step updates the policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from toolorchestra.llm.base import Completion, Usage
+from toolorchestra.llm.hermes import format_tool_call
+from toolorchestra.rl.config import GRPOSettings
+from toolorchestra.rl.reward import group_advantages, group_rewards
+from toolorchestra.rl.trl_backend import build_grpo_trainer, prompt_row
+from toolorchestra.rl.transcript import RolloutPolicy
+
+PLAN = ("golden", "detour", "wrong", "malformed")
+
+
+class ScriptedRolloutPolicy(RolloutPolicy):
+    """The trained model's place in the rollout, but with scripted turns (recorded as sampled ids,
+    as the real policy records them), so a group has a known mix of outcomes."""
+
+    plan: tuple[str, ...] = PLAN
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order: list[int] = []
+
+    def bind(self, messages, tools):
+        super().bind(messages, tools)
+        self.order.append(id(messages))
+
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0, seed=None):
+        out = []
+        for messages in batch:
+            behaviour = self.plan[self.order.index(id(messages)) % len(self.plan)]
+            text, final = self.turn(behaviour, messages)
+            ids = self.encoder.text_ids(text) + ([self.encoder.eos_id] if final else [])
+            self._binding(messages).sampled.append(ids)
+            out.append(Completion(text=text, usage=Usage(prompt_tokens=len(self.context(messages)), completion_tokens=len(ids)),
+                                  latency_s=0.01 * len(ids), model="scripted"))
+        return out
+
+    def turn(self, behaviour, messages):
+        instance = self.instance
+        actions = instance.tau2_task.actions
+        done = sum(m["role"] == "assistant" for m in messages)
+        if behaviour == "malformed":
+            return '<tool_call>\n{"name": broken}\n</tool_call>', False
+        if behaviour == "wrong":
+            return "Sorry, no idea.", True
+        if behaviour == "detour":  # the golden calls with an extra read first: correct but costlier
+            first = actions[0]
+            if done == 0:
+                return format_tool_call(first.name, first.arguments), False
+            done -= 1
+        if done < len(actions):
+            return format_tool_call(actions[done].name, actions[done].arguments), False
+        return "Done. " + "; ".join(instance.tau2_task.communicate_info), True
+
+
+@pytest.fixture
+def instance(tool_use):
+    chosen = next(i for i in tool_use if i.tau2_task.communicate_info and len(i.tau2_task.actions) <= 2)
+    return chosen.model_copy(update={"preference": {"accuracy": 1.0, "cost": 1.0}})
+
+
+@pytest.fixture
+def trainer(tiny_dir, tiny_llm, make_env, instance, tmp_path):
+    env = make_env(max_turns=4, max_tokens=48)
+    settings = GRPOSettings(steps=1, num_generations=4, learning_rate=1e-3, max_completion_length=2048)
+    trainer = build_grpo_trainer(tiny_dir, tiny_llm.tokenizer, env, [instance], settings, tmp_path / "grpo",
+                                 use_cpu=True, seed=0)
+
+    def factory(model, tokenizer, name="policy"):
+        policy = ScriptedRolloutPolicy(model, tokenizer, name=name)
+        policy.instance = instance
+        return policy
+
+    trainer.orchestra_rollouts.policy_factory = factory
+    return trainer
+
+
+def generation_batch(trainer, n):
+    trainer.model.train()
+    return [dict(trainer.train_dataset[0]) for _ in range(n)]
+
+
+def test_trl_advantages_are_the_reward_contracts(trainer, instance):
+    out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    rollouts = trainer.orchestra_rollouts.last
+    assert [r.valid for r in rollouts] == [True, True, True, False]
+    assert [r.correct for r in rollouts] == [True, True, False, False]
+    valid = [r for r in rollouts if r.valid]
+    rewards = group_rewards([r.metrics() for r in valid], [r.correct for r in valid], instance.preference)
+    expected = group_advantages(rewards)
+    assert expected is not None and rewards[0] > rewards[1] > rewards[2] == 0.0  # cheaper correct wins
+    got = out["advantages"].tolist()
+    assert got[:3] == pytest.approx(expected, abs=1e-5)
+    assert got[3] == 0.0  # the malformed rollout: no reward, no gradient
+    assert trainer.orchestra_reward.last_rewards[:3] == pytest.approx(rewards)
+    assert trainer.orchestra_reward.last_stats["groups_filtered"] == 0.0
+
+
+def test_a_group_without_spread_is_filtered(trainer):
+    ScriptedRolloutPolicy.plan = ("golden",) * 4
+    try:
+        out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+    assert out["advantages"].tolist() == [0.0] * 4
+    assert trainer.orchestra_reward.last_stats["groups_filtered"] == 1.0
+    assert trainer.orchestra_reward.last_stats["frac_reward_zero_std"] == 1.0
+
+
+def test_tool_tokens_are_masked_from_the_loss(trainer, tiny_llm):
+    tokenizer = tiny_llm.tokenizer
+    out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    for row, rollout in enumerate(trainer.orchestra_rollouts.last[:2]):
+        ids = out["completion_ids"][row]
+        loss_mask = (out["completion_mask"][row] * out["tool_mask"][row]).bool()
+        trained = tokenizer.decode(ids[loss_mask])
+        ignored = tokenizer.decode(ids[~loss_mask & out["completion_mask"][row].bool()])
+        observations = [t.observation for t in rollout.trajectory.turns if t.observation]
+        assert observations and all(o in ignored and o not in trained for o in observations)
+        assert "<tool_response>" in ignored and "<tool_response>" not in trained
+        assert "<tool_call>" in trained
+        assert trained.endswith("<|im_end|>")  # the final reply's end of turn is the policy's
+
+
+def test_one_grpo_step_moves_the_policy_and_logs_orchestra_metrics(trainer):
+    from toolorchestra.rl.tracking import StepMetrics
+
+    tracker = StepMetrics("grpo/")
+    trainer.add_callback(tracker)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p.detach())]
+    assert changed, "a step with non-zero advantages must update the weights"
+    step = tracker.history[0]
+    for key in ("loss", "orchestra/reward_mean", "orchestra/reward_std", "orchestra/accuracy",
+                "orchestra/format_valid_rate", "orchestra/cost_mean", "orchestra/latency_mean",
+                "orchestra/groups_filtered", "orchestra/frac_reward_zero_std", "tokens_per_s"):
+        assert key in step, key
+    assert step["orchestra/accuracy"] == 0.5 and step["orchestra/format_valid_rate"] == 0.75
+    assert any(k.startswith("orchestra/calls/") for k in step)
+    assert (Path(trainer.args.output_dir) / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+def test_prompt_rows_name_their_instance(instance):
+    row = prompt_row(instance)
+    assert row["prompt"][-1]["instance_id"] == instance.id == row["instance_id"]
+    assert [m["content"] for m in row["prompt"]] == [m["content"] for m in instance.prompt]
+    assert set(row["prompt"][0]) == set(row["prompt"][-1])  # one Arrow struct type for every message

@@ -1,0 +1,143 @@
+"""The methods an evaluation compares: the trained orchestrator and the baselines, run in the same
+evaluation on the same tasks, tools and prices.
+
+- **trained orchestrator** (`role="candidate"`): the checkpoint under evaluation, with every tool
+  of its catalog;
+- **champion**: the registry's current champion, evaluated again here so the promotion gate
+  compares like with like;
+- **prompted orchestrator**: the untrained base model in the same loop with the same system
+  prompt, tools and prices (what training adds);
+- **each expert alone** (`expert:<alias>`): a catalog model as a monolithic agent: it is the
+  policy itself, with the domain tools and the basic (non-LLM) tools but no other model to call,
+  its tokens priced at its catalog price (the paper's "basic tools" setting). The report marks the
+  strongest (best accuracy) and the cheapest (lowest mean cost) of them;
+- **random router**: at every turn it calls one of the offered LLM tools chosen uniformly at random
+  with a model drawn uniformly from that tool's models, so the task goes to random experts; on the
+  last allowed turn it calls an answer tool when one is offered. Seeded by the task, so repeatable.
+  It routes the way an orchestrator can, without learning: the floor that routing must beat. It
+  never calls domain tools (it cannot fill their arguments), so it solves tool-use tasks only
+  when nothing has to be done in the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from toolorchestra.llm.base import LLM, Completion, Message, Usage
+from toolorchestra.llm.hermes import format_tool_call
+from toolorchestra.tools.catalog import Catalog, ExpertBackend
+
+Role = Literal["candidate", "champion", "orchestrator", "expert", "random"]
+
+
+@dataclass
+class Method:
+    """One row of the report."""
+
+    name: str
+    role: Role
+    policy: LLM
+    policy_alias: str | None
+    """Catalog model whose prices the policy's own tokens cost (None: the catalog's policy model)."""
+    tools: Literal["all", "basic"] = "all"
+    """`all` catalog tools, or only the `basic` (non-LLM) ones: an expert working alone."""
+    description: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def offered(self, catalog: Catalog) -> list[str]:
+        if self.tools == "all":
+            return [t.name for t in catalog.tools]
+        return [t.name for t in catalog.tools if t.kind != "llm" and not isinstance(t.backend, ExpertBackend)]
+
+
+def orchestrator(name: str, policy: LLM, *, policy_alias: str | None, role: Role = "orchestrator",
+                 description: str = "", **info: Any) -> Method:
+    return Method(name=name, role=role, policy=policy, policy_alias=policy_alias, tools="all",
+                  description=description, info=dict(info))
+
+
+def expert_aliases(catalog: Catalog) -> list[str]:
+    """The catalog's expert models: those an LLM tool routes to (all models when no tool does)."""
+    used = sorted({a for t in catalog.tools if isinstance(t.backend, ExpertBackend) for a in t.backend.models})
+    return used or sorted(catalog.models)
+
+
+def expert_methods(catalog: Catalog, llm_for: Any, aliases: list[str] | None = None) -> list[Method]:
+    """One `expert:<alias>` method per expert model; `llm_for(alias)` builds its backend."""
+    chosen = expert_aliases(catalog) if aliases is None else list(aliases)
+    unknown = sorted(set(chosen) - set(catalog.models))
+    if unknown:
+        from toolorchestra.core.errors import ConfigError
+
+        raise ConfigError(None, f"experts {unknown} are not catalog models; known: {sorted(catalog.models)}",
+                          key="methods.experts")
+    return [Method(name=f"expert:{alias}", role="expert", policy=llm_for(alias), policy_alias=alias, tools="basic",
+                   description=f"{alias} alone, with the domain and basic tools", info={"alias": alias})
+            for alias in chosen]
+
+
+def random_router(catalog: Catalog, *, seed: int, max_turns: int) -> Method:
+    policy = RandomRouterPolicy(catalog, seed=seed, max_turns=max_turns)
+    return Method(name="random_router", role="random", policy=policy, policy_alias=None, tools="all",
+                  description="uniformly random LLM tool and model each turn")
+
+
+def mark_extremes(summary: dict[str, dict[str, Any]], methods: list[Method]) -> dict[str, list[str]]:
+    """Labels for the report: the strongest expert (best overall accuracy, cheaper on ties) and the
+    cheapest (lowest mean cost, more accurate on ties)."""
+    experts = [m.name for m in methods if m.role == "expert" and m.name in summary]
+    labels: dict[str, list[str]] = {m.name: [] for m in methods}
+    if not experts:
+        return labels
+    overall = {name: summary[name]["overall"] for name in experts}
+    strongest = max(experts, key=lambda n: (overall[n].accuracy, -overall[n].cost_mean))
+    cheapest = min(experts, key=lambda n: (overall[n].cost_mean, -overall[n].accuracy))
+    labels[strongest].append("strongest")
+    labels[cheapest].append("cheapest")
+    return labels
+
+
+# ------------------------------------------------------------------------------ policies
+
+
+class RandomRouterPolicy(LLM):
+    """The random router as a policy: writes one Hermes call per turn (see the module docstring)."""
+
+    def __init__(self, catalog: Catalog, *, seed: int = 0, max_turns: int = 4) -> None:
+        self.model = "random-router"
+        self.seed, self.max_turns = seed, max_turns
+        self.roles = {t.name: t.backend.role for t in catalog.tools if isinstance(t.backend, ExpertBackend)}
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
+        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
+
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
+                   seed=None) -> list[Completion]:
+        row_tools = tools_per_row if tools_per_row is not None else [tools] * len(batch)
+        return [self._route(messages, specs or []) for messages, specs in zip(batch, row_tools, strict=True)]
+
+    def _route(self, messages: list[Message], specs: list[dict[str, Any]]) -> Completion:
+        offered = [s["function"] for s in specs if s.get("function", {}).get("name") in self.roles]
+        if not offered:
+            return Completion(text="I cannot solve this task with the tools I have.", model=self.model,
+                              finish_reason="stop")
+        task = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        digest = hashlib.sha256(task.encode()).hexdigest()[:16]
+        rng = random.Random(f"{self.seed}:{digest}:{turn}")
+        answers = [f for f in offered if self.roles[f["name"]] == "answer"]
+        pool = answers if answers and turn >= self.max_turns - 1 else offered
+        function = rng.choice(pool)
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        arguments: dict[str, Any] = {}
+        models = (properties.get("model") or {}).get("enum") or []
+        if models:
+            arguments["model"] = rng.choice(sorted(models))
+        if "question" in ((function.get("parameters") or {}).get("required") or []):
+            arguments["question"] = task
+        return Completion(text=format_tool_call(function["name"], arguments), usage=Usage(), model=self.model,
+                          finish_reason="stop")
+

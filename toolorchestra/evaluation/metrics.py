@@ -1,0 +1,201 @@
+"""Per-task records and the metrics an evaluation reports for each method and benchmark.
+
+Metrics (per method x benchmark, and `overall`, pooled over every task of every benchmark):
+
+- `accuracy`: share of tasks judged correct (`judges.py`);
+- `cost_mean` / `cost_total`: USD per task / in all, the policy's own tokens at its catalog price
+  plus every tool call (per-call, per-second and the tokens of the experts it called);
+- `latency_mean`: seconds per task, the wall time of the policy's generations (a batched
+  generation counts in full for each episode in the batch, which is what that episode waited)
+  plus the tools';
+- `calls_per_task`: mean calls of each tool; `format_valid_rate`: share of episodes whose every
+  turn was a well-formed call or a final message; `answered_rate`;
+- `adherence` (preference benchmark only), defined below.
+
+Preference adherence
+--------------------
+How well tool usage and spending follow each instruction. Every item of the preference benchmark
+pairs a held-out task with an eval-split preference whose *intents* state what the instruction
+asks for: a tool to avoid (`calls/T` lower), a tool to use (`calls/T` higher), spending less
+(`cost` lower) or answering faster (`latency` lower); the `accuracy` intent every pair carries is
+measured by accuracy, not here. Each method runs every item twice with identical tools, prices and
+greedy decoding: once with the instruction appended to the task (*instructed*) and once without
+it (*neutral*). An intent is **followed** when, with v the instructed run's value and n the
+neutral run's:
+
+- `calls/T` lower: v = 0, or v < n (the instructed run called T less);
+- `calls/T` higher: v >= 1 and v >= n (it called T, at least as often as without being asked);
+- `cost` / `latency` lower: v = 0, or v <= (1 - margin) * n, with `margin` (default 5%) so that
+  token-count and timing noise of an unchanged episode does not count as following.
+
+Intents on a tool the method is not offered (an expert alone has no LLM tools) are skipped.
+**Adherence** is the share of followed intents over all items (and per preference kind,
+`adherence_by_kind`). A method that ignores instructions scores near the share of intents its
+neutral behaviour satisfies by chance (e.g. never calling a tool it is told to avoid); the
+neutral runs are reported with `variant = "neutral"` and are not counted in accuracy, cost or
+latency.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Variant = Literal["plain", "instructed", "neutral"]
+
+
+class TaskRecord(BaseModel):
+    """One episode of one method on one task: outcome, accounting, judgement and trajectory."""
+
+    method: str
+    benchmark: str
+    task_id: str
+    key: str
+    kind: Literal["qa", "tool_use"]
+    variant: Variant = "plain"
+    preference_id: str | None = None
+    preference_kind: str | None = None
+    preference: str | None = None
+    intents: list[dict[str, str]] = Field(default_factory=list)
+    correct: bool
+    answered: bool
+    format_valid: bool
+    cost_usd: float
+    latency_s: float
+    turns: int
+    stop_reason: str | None = None
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    offered_tools: list[str] = Field(default_factory=list)
+    judgement: dict[str, Any] = Field(default_factory=dict)
+    trajectory: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def scored(self) -> bool:
+        """Counted in accuracy / cost / latency (neutral runs only serve adherence)."""
+        return self.variant != "neutral"
+
+
+class Metrics(BaseModel):
+    n: int
+    accuracy: float
+    cost_mean: float
+    cost_total: float
+    latency_mean: float
+    format_valid_rate: float
+    answered_rate: float
+    calls_per_task: dict[str, float] = Field(default_factory=dict)
+    llm_judged: int = Field(0, description="tasks the LLM judge decided (exact match had failed)")
+    adherence: float | None = None
+    adherence_n: int = 0
+    adherence_by_kind: dict[str, float] = Field(default_factory=dict)
+
+
+def intent_value(record: TaskRecord, key: str) -> float:
+    if key.startswith("calls/"):
+        return float(record.tool_calls.get(key.removeprefix("calls/"), 0))
+    if key == "cost":
+        return record.cost_usd
+    if key == "latency":
+        return record.latency_s
+    raise KeyError(key)
+
+
+def intent_followed(key: str, prefer: str, value: float, neutral: float, *, margin: float = 0.05) -> bool:
+    """Whether an instructed run followed one intent, given the neutral run (module docstring).
+
+    >>> intent_followed("calls/web_search", "lower", 0, 0)
+    True
+    >>> intent_followed("calls/web_search", "lower", 1, 1)
+    False
+    >>> intent_followed("calls/code_interpreter", "higher", 1, 1)
+    True
+    >>> intent_followed("cost", "lower", 0.0098, 0.01)
+    False
+    >>> intent_followed("cost", "lower", 0.009, 0.01)
+    True
+    """
+    if key.startswith("calls/"):
+        if prefer == "lower":
+            return value == 0 or value < neutral
+        return value >= 1 and value >= neutral
+    if prefer == "lower":
+        return value == 0 or value <= (1.0 - margin) * neutral
+    return value >= (1.0 + margin) * neutral  # no generated intent asks for more cost or latency
+
+
+def adherence_checks(records: list[TaskRecord], *, margin: float = 0.05) -> list[dict[str, Any]]:
+    """One row per (instructed run, intent): the values and whether the intent was followed."""
+    neutral = {(r.method, r.benchmark, r.key): r for r in records if r.variant == "neutral"}
+    rows = []
+    for record in records:
+        if record.variant != "instructed":
+            continue
+        base = neutral.get((record.method, record.benchmark, record.key))
+        if base is None:
+            continue
+        for intent in record.intents:
+            key, prefer = intent["key"], intent["prefer"]
+            if key == "accuracy":
+                continue
+            if key.startswith("calls/") and key.removeprefix("calls/") not in record.offered_tools:
+                continue
+            value, reference = intent_value(record, key), intent_value(base, key)
+            rows.append({"method": record.method, "benchmark": record.benchmark, "key": record.key,
+                         "preference_kind": record.preference_kind, "intent": key, "prefer": prefer,
+                         "instructed": value, "neutral": reference,
+                         "followed": intent_followed(key, prefer, value, reference, margin=margin)})
+    return rows
+
+
+def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics:
+    scored = [r for r in records if r.scored]
+    n = len(scored)
+    tools = sorted({t for r in scored for t in r.tool_calls})
+    out = Metrics(
+        n=n,
+        accuracy=statistics.fmean(r.correct for r in scored) if n else 0.0,
+        cost_mean=statistics.fmean(r.cost_usd for r in scored) if n else 0.0,
+        cost_total=sum(r.cost_usd for r in scored),
+        latency_mean=statistics.fmean(r.latency_s for r in scored) if n else 0.0,
+        format_valid_rate=statistics.fmean(r.format_valid for r in scored) if n else 0.0,
+        answered_rate=statistics.fmean(r.answered for r in scored) if n else 0.0,
+        calls_per_task={t: sum(r.tool_calls.get(t, 0) for r in scored) / n for t in tools} if n else {},
+        llm_judged=sum(1 for r in scored if r.judgement.get("method") == "llm"),
+    )
+    if checks:
+        out.adherence = statistics.fmean(c["followed"] for c in checks)
+        out.adherence_n = len(checks)
+        by_kind: dict[str, list[bool]] = defaultdict(list)
+        for c in checks:
+            by_kind[c["preference_kind"] or "?"].append(c["followed"])
+        out.adherence_by_kind = {k: statistics.fmean(v) for k, v in sorted(by_kind.items())}
+    return out
+
+
+def summarize(records: list[TaskRecord], *, margin: float = 0.05) -> dict[str, dict[str, Metrics]]:
+    """method -> benchmark (and `overall`) -> metrics."""
+    checks = adherence_checks(records, margin=margin)
+    out: dict[str, dict[str, Metrics]] = {}
+    methods = list(dict.fromkeys(r.method for r in records))
+    for method in methods:
+        mine = [r for r in records if r.method == method]
+        my_checks = [c for c in checks if c["method"] == method]
+        per: dict[str, Metrics] = {}
+        for bench in dict.fromkeys(r.benchmark for r in mine):
+            per[bench] = _metrics([r for r in mine if r.benchmark == bench],
+                                  [c for c in my_checks if c["benchmark"] == bench])
+        per["overall"] = _metrics(mine, my_checks)
+        out[method] = per
+    return out
+
+
+def task_lists(records: list[TaskRecord]) -> dict[str, list[str]]:
+    """method -> the ordered list of (benchmark, task, variant) keys it was evaluated on."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        out[r.method].append(f"{r.key}#{r.variant}")
+    return {m: sorted(keys) for m, keys in out.items()}
+

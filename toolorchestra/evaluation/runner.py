@@ -1,0 +1,238 @@
+"""Run an evaluation: every method on every benchmark item, judged, recorded, summarised.
+
+`evaluate(methods, benchmarks, catalog=..., settings=..., config=...)`:
+
+1. **instances** — each item becomes a `TrainInstance` per method with the training assembly's
+   own prompt builder (`preferences.assemble.build_instance`): the same system prompt, domain
+   policy and price sheet the orchestrator was trained on, the catalog's real prices (no
+   jitter), and every tool the method is offered (all catalog tools, or only the basic ones for
+   an expert alone); a preference item gives an *instructed* and a *neutral* instance;
+2. **episodes** — `rl.episodes.RolloutEnvironment` runs them with the project's agent loop, in
+   lockstep batches of `batch_size` (one batched generation per turn, QA and tool-use episodes in
+   separate batches since padding makes a batch cost its longest prompt; tool calls of a batch run
+   concurrently in a thread pool), greedy decoding, and scores each with `score_rollout`, the
+   scorer training uses;
+3. **judging** — QA episodes the rules marked wrong go to the LLM judge when one is configured
+   (`judges.py`), concurrently;
+4. **records and metrics** — one `TaskRecord` per episode with its judgement and trajectory, and
+   `metrics.summarize`.
+
+Every method sees the identical list of (benchmark, task, variant); `EvalRun.check_identical_tasks`
+verifies it. Departure from the paper: tasks are given to the orchestrator up front (no user
+simulator), as in training.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolorchestra.core.errors import OrchestraError
+from toolorchestra.core.settings import Settings
+from toolorchestra.evaluation.benchmarks import Benchmark, EvalItem, domain_folders, fingerprint
+from toolorchestra.evaluation.judges import LLMJudge, judge_qa, judge_tool_use
+from toolorchestra.evaluation.methods import Method
+from toolorchestra.evaluation.metrics import Metrics, TaskRecord, Variant, summarize, task_lists
+from toolorchestra.llm.base import LLM
+from toolorchestra.rl.episodes import EpisodeConfig, Rollout, RolloutEnvironment
+from toolorchestra.rl.instances import DomainLocator, TrainInstance
+from toolorchestra.tools.catalog import Catalog
+
+log = logging.getLogger(__name__)
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class PromptConfig(BaseModel):
+    """How instances are rendered: keep equal to the training assembly (`preferences.assembly`)."""
+
+    model_config = _STRICT
+
+    include_policy: bool = True
+    max_policy_chars: int = Field(4000, ge=0)
+    show_prices: bool = True
+
+
+class EvalConfig(BaseModel):
+    model_config = _STRICT
+
+    episode: EpisodeConfig = EpisodeConfig()
+    prompt: PromptConfig = PromptConfig()
+    batch_size: int = Field(16, ge=1, description="episodes run in lockstep (one batched generation per turn)")
+    seed: int = 0
+    adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
+    judge_workers: int = Field(4, ge=1)
+
+
+class _Domains(DomainLocator):
+    """A locator that knows each benchmark domain's folder by name (external tau2 domains too)."""
+
+    def __init__(self, folders: dict[str, Path], roots: Iterable[Path] = ()) -> None:
+        super().__init__(list(roots))
+        self.pinned = dict(folders)
+
+    def folder(self, name: str) -> Path:
+        if name in self.pinned:
+            return self.pinned[name]
+        return super().folder(name)
+
+
+@dataclass
+class EvalRun:
+    benchmarks: list[Benchmark]
+    methods: list[Method]
+    records: list[TaskRecord]
+    summary: dict[str, dict[str, Metrics]]
+    seconds: dict[str, float] = field(default_factory=dict)
+    config: EvalConfig = field(default_factory=EvalConfig)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.benchmarks)
+
+    def check_identical_tasks(self) -> None:
+        lists = task_lists(self.records)
+        reference = next(iter(lists.values()), [])
+        different = [m for m, keys in lists.items() if keys != reference]
+        missing = [m.name for m in self.methods if m.name not in lists]
+        if different or missing:
+            raise OrchestraError(f"methods were not evaluated on identical task lists: {different + missing}")
+
+
+def make_instance(item: EvalItem, catalog: Catalog, tools: list[str], prompt: PromptConfig, *,
+                  instructed: bool, seed: int) -> TrainInstance:
+    """The instance a method runs for `item` (see the module docstring)."""
+    from toolorchestra.preferences.assemble import AssemblyConfig, build_instance
+    from toolorchestra.rl.instances import from_assembled
+
+    offered = catalog.subset(tools)
+    config = AssemblyConfig(
+        instances_per_task=1, p_no_preference=0.0 if instructed else 1.0, min_catalog_tools=len(offered.tools),
+        price_jitter=1.0, include_policy=prompt.include_policy, max_policy_chars=prompt.max_policy_chars,
+        show_prices=prompt.show_prices, seed=seed,
+    )
+    prefs = [item.preference] if instructed and item.preference is not None else []
+    built = build_instance(item.task, split="eval", copy=0, catalog=offered, preferences=prefs, config=config)
+    # One id per task for every method and variant: the domain-tool sample is seeded by it.
+    return from_assembled(built).model_copy(update={"id": item.key})
+
+
+def _runs(items: Sequence[EvalItem]) -> list[tuple[EvalItem, Variant]]:
+    out: list[tuple[EvalItem, Variant]] = []
+    for item in items:
+        if item.preference is None:
+            out.append((item, "plain"))
+        else:
+            out.extend([(item, "instructed"), (item, "neutral")])
+    return out
+
+
+def _chunks(pairs: list[Any], size: int) -> list[list[Any]]:
+    """Batches of at most `size` episodes, QA and tool-use apart: a batched generation pads every
+    prompt to the longest one, and tool-use prompts (domain tools and policy) are much longer."""
+    out: list[list[Any]] = []
+    for kind in ("qa", "tool_use"):
+        same = [p for p in pairs if p[0][0].kind == kind]
+        out.extend(same[i:i + size] for i in range(0, len(same), size))
+    return out
+
+
+def _record(method: Method, item: EvalItem, variant: Variant, instance: TrainInstance, rollout: Rollout) -> TaskRecord:
+    trajectory = rollout.trajectory
+    pair = item.preference
+    return TaskRecord(
+        method=method.name, benchmark=item.benchmark, task_id=item.id, key=item.key, kind=item.kind, variant=variant,
+        preference_id=pair.id if pair else None, preference_kind=pair.kind if pair else None,
+        preference=pair.instruction if pair and variant == "instructed" else None,
+        intents=[i.model_dump() for i in pair.intents] if pair else [],
+        correct=False, answered=rollout.answered, format_valid=rollout.format_valid,
+        cost_usd=trajectory.cost_usd, latency_s=trajectory.latency_s, turns=len(trajectory.turns),
+        stop_reason=trajectory.stop_reason, tool_calls=trajectory.tool_calls,
+        offered_tools=[s["function"]["name"] for s in rollout.tools],
+        trajectory=trajectory.model_dump(mode="json"),
+    )
+
+
+def _judge(records: list[TaskRecord], pending: list[tuple[TaskRecord, TrainInstance, Rollout]],
+           judge: LLMJudge | None, workers: int) -> None:
+    def one(entry: tuple[TaskRecord, TrainInstance, Rollout]) -> None:
+        record, instance, rollout = entry
+        if instance.kind == "qa":
+            verdict = judge_qa(instance.question, rollout.trajectory.answer, instance.answer,
+                               rule_correct=rollout.correct, llm_judge=judge)
+        else:
+            verdict = judge_tool_use(rollout.correct, rollout.details)
+        record.correct = verdict.correct
+        record.judgement = verdict.model_dump(mode="json")
+
+    # Only QA episodes the rules marked wrong can reach the LLM judge: those run concurrently.
+    slow = [e for e in pending if judge is not None and e[1].kind == "qa" and not e[2].correct]
+    fast = [e for e in pending if not (judge is not None and e[1].kind == "qa" and not e[2].correct)]
+    for entry in fast:
+        one(entry)
+    if slow:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(one, slow))
+    records.extend(e[0] for e in pending)
+
+
+def evaluate(
+    methods: Sequence[Method],
+    benchmarks: Sequence[Benchmark],
+    *,
+    catalog: Catalog,
+    settings: Settings,
+    config: EvalConfig | None = None,
+    judge: LLMJudge | None = None,
+    llm_for: Callable[[str], LLM] | None = None,
+    domain_roots: Iterable[Path] = (),
+    progress: Callable[[str], None] | None = None,
+) -> EvalRun:
+    """Run every method on every item of every benchmark (see the module docstring)."""
+    config = config or EvalConfig()
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise OrchestraError(f"method names must be unique, got {names}")
+    if not methods or not benchmarks:
+        raise OrchestraError("an evaluation needs at least one method and one benchmark")
+    domains = _Domains(domain_folders(benchmarks), domain_roots)
+    items = [item for bench in benchmarks for item in bench.items]
+    runs = _runs(items)
+    records: list[TaskRecord] = []
+    seconds: dict[str, float] = {}
+    for method in methods:
+        started = time.perf_counter()
+        episode = config.episode.model_copy(update={"policy_alias": method.policy_alias})
+        env = RolloutEnvironment(catalog, settings, domains, episode, llm_for=llm_for)
+        tools = method.offered(catalog)
+        instances = [make_instance(item, catalog, tools, config.prompt, instructed=variant == "instructed",
+                                   seed=config.seed) for item, variant in runs]
+        for chunk in _chunks(list(zip(runs, instances, strict=True)), config.batch_size):
+            rollouts = env.run(method.policy, [inst for _, inst in chunk], temperature=0.0, seed=config.seed)
+            pending = [(_record(method, item, variant, inst, rollout), inst, rollout)
+                       for ((item, variant), inst), rollout in zip(chunk, rollouts, strict=True)]
+            _judge(records, pending, judge, config.judge_workers)
+        seconds[method.name] = time.perf_counter() - started
+        if progress is not None:
+            progress(f"{method.name}: {len(runs)} episodes in {seconds[method.name]:.1f}s")
+        log.info("evaluated %s on %d episodes in %.1fs", method.name, len(runs), seconds[method.name])
+    run = EvalRun(benchmarks=list(benchmarks), methods=list(methods), records=records,
+                  summary=summarize(records, margin=config.adherence_margin), seconds=seconds, config=config)
+    run.check_identical_tasks()
+    return run
+
+
+def records_of(run: EvalRun, method: str) -> list[TaskRecord]:
+    return [r for r in run.records if r.method == method]
+
+
+def method_rows(run: EvalRun) -> list[dict[str, Any]]:
+    """Who was evaluated: name, role, description and provenance (model refs, versions)."""
+    return [{"name": m.name, "role": m.role, "policy": m.policy.model, "policy_alias": m.policy_alias,
+             "tools": m.tools, "description": m.description, **m.info} for m in run.methods]

@@ -1,0 +1,141 @@
+"""The registered model's files: a training checkpoint repackaged for MLflow, and loaded back.
+
+A registered orchestrator is one MLflow pyfunc model (`pyfunc.OrchestratorModel`) with two
+artifacts:
+
+- `transformers/`: the policy's weights and tokenizer (with its tools-aware chat template) as an
+  MLflow **transformers** model (`mlflow.transformers.save_model`, task `text-generation`), so the
+  weights load on their own with `mlflow.transformers.load_model(<model>/artifacts/transformers)`;
+- `orchestrator/`: `catalog.json` (the tools and prices it was trained with; local search
+  documents copied into `corpus/<tool>/` when small enough, so the model is self-contained),
+  `orchestrator.json` (the checkpoint's manifest: base model, steps, episode settings, the
+  policy's catalog alias).
+
+`prepare_bundle(checkpoint, work)` builds both; `load_bundle(artifacts)` returns the policy
+(`LocalLLM`), the catalog and the manifest. The package's own code travels with the model
+(`code_paths`), and `pip_requirements()` pins the libraries it needs to their installed versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.fs import atomic_write_json
+from toolorchestra.tools.catalog import Catalog, LocalSearchBackend, parse_catalog
+
+WEIGHTS, ORCHESTRATOR = "transformers", "orchestrator"
+CATALOG, MANIFEST = "catalog.json", "orchestrator.json"
+REQUIREMENTS = ("mlflow", "torch", "transformers", "accelerate", "safetensors", "pydantic", "pydantic-settings",
+                "pyyaml", "jsonschema", "tenacity", "openai", "httpx", "numpy", "pandas", "sentence-transformers",
+                "faiss-cpu", "gguf", "jinja2")
+
+
+def pip_requirements() -> list[str]:
+    """The pyfunc's runtime libraries pinned to this environment's versions (passing them
+    explicitly also spares MLflow its slow dependency inference)."""
+    out = []
+    for name in REQUIREMENTS:
+        try:
+            out.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def weights_sha256(checkpoint: str | Path) -> str:
+    """A hash of a checkpoint's weight files: equal hashes mean the same model."""
+    folder = Path(checkpoint)
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    if not files:
+        raise ConfigError(folder, "no weight files (*.safetensors) in the checkpoint")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def bundle_catalog(catalog: Catalog, target: Path, *, max_corpus_mb: float = 64.0) -> dict[str, Any]:
+    """The catalog as JSON for `target`: local-search documents are copied beside it when at most
+    `max_corpus_mb`, else referenced by absolute path (a known limit recorded in the model card)."""
+    data = catalog.to_dict()
+    for raw, entry in zip(data["tools"], catalog.tools, strict=True):
+        if isinstance(entry.backend, LocalSearchBackend):
+            source = catalog.resolve(entry.backend.documents).resolve()
+            if source.is_dir() and _folder_size(source) <= max_corpus_mb * 1e6:
+                shutil.copytree(source, target / "corpus" / entry.name, dirs_exist_ok=True)
+                raw["backend"]["documents"] = f"corpus/{entry.name}"
+            else:
+                raw["backend"]["documents"] = str(source)
+    return data
+
+
+def prepare_bundle(checkpoint: str | Path, work: str | Path, *, max_corpus_mb: float = 64.0) -> dict[str, str]:
+    """Write the two artifact folders for `checkpoint` under `work`; returns the pyfunc artifacts map."""
+    import mlflow
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolorchestra.rl.checkpoint import load_catalog_of, read_manifest
+
+    checkpoint, work = Path(checkpoint), Path(work)
+    manifest = read_manifest(checkpoint)
+    catalog = load_catalog_of(checkpoint)
+    weights, orchestrator = work / WEIGHTS, work / ORCHESTRATOR
+    for folder in (weights, orchestrator):
+        if folder.exists():
+            shutil.rmtree(folder)
+    orchestrator.mkdir(parents=True)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    mlflow.transformers.save_model(
+        transformers_model={"model": model, "tokenizer": tokenizer}, path=str(weights), task="text-generation",
+        pip_requirements=pip_requirements(),
+    )
+    atomic_write_json(orchestrator / CATALOG, bundle_catalog(catalog, orchestrator, max_corpus_mb=max_corpus_mb))
+    atomic_write_json(orchestrator / MANIFEST, {**manifest, "weights_sha256": weights_sha256(checkpoint)})
+    return {WEIGHTS: str(weights), ORCHESTRATOR: str(orchestrator)}
+
+
+def load_bundle(artifacts: Mapping[str, str | Path], *, device: str = "auto") -> tuple[Any, Catalog, dict[str, Any]]:
+    """(policy LLM, catalog, manifest) from the artifact folders of a registered model."""
+    import mlflow
+
+    from toolorchestra.llm.local import LocalLLM, resolve_device
+
+    missing = [k for k in (WEIGHTS, ORCHESTRATOR) if k not in artifacts]
+    if missing:
+        raise ConfigError(None, f"not an orchestrator model: artifacts {missing} are missing", key="artifacts")
+    orchestrator = Path(artifacts[ORCHESTRATOR])
+    manifest = json.loads((orchestrator / MANIFEST).read_text(encoding="utf-8"))
+    catalog = parse_catalog(json.loads((orchestrator / CATALOG).read_text(encoding="utf-8")),
+                            source=orchestrator / CATALOG, base_dir=orchestrator.resolve())
+    components = mlflow.transformers.load_model(str(artifacts[WEIGHTS]), return_type="components")
+    model, tokenizer = components["model"], components["tokenizer"]
+    target = resolve_device(device)
+    if target.startswith("cuda"):
+        import torch
+
+        model = model.to(device=target, dtype=torch.bfloat16)
+    llm = LocalLLM.from_model(model, tokenizer, name=manifest.get("name", "orchestrator"))
+    return llm, catalog, manifest
+
+
+def policy_price(catalog: Catalog, manifest: Mapping[str, Any]) -> Any:
+    """What the policy's own tokens cost: its catalog alias's price (free when it has none)."""
+    from toolorchestra.tools.catalog import Price
+
+    alias = manifest.get("policy_alias") or catalog.policy
+    return catalog.models[alias].price if alias in catalog.models else Price()

@@ -1,0 +1,147 @@
+"""The model card: a markdown page on each registered version (its description) and a run artifact.
+
+Sections: the gate's decision and reasons; the model (base model, training steps, policy alias,
+weights hash, MLflow run, lineage command); data versions (every stage's outputs and their md5
+from `dvc.lock`); parameters (the stages' parameters as `dvc.lock` recorded them, and the gate's);
+the evaluation (method x metrics, task-list fingerprint); the candidate versus the previous
+champion on the same evaluation; known limits (general ones and those this evaluation shows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from toolorchestra.registry.gate import Decision, GateConfig
+
+GENERAL_LIMITS = (
+    "Tool-use tasks are given up front; there is no simulated user (tau2-bench's dual control), and "
+    "ENV_ASSERTION / NL_ASSERTION criteria are not scored.",
+    "Latency is wall time on the evaluation machine, with episodes generated in batches; compare it only "
+    "within one evaluation.",
+    "Costs come from the catalog's prices, not from provider invoices.",
+)
+
+
+def data_versions(lock: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every stage output `dvc.lock` records: stage, path, md5, files."""
+    rows = []
+    for stage, entry in sorted((lock.get("stages") or {}).items()):
+        for out in entry.get("outs") or []:
+            rows.append({"stage": stage, "path": out.get("path"), "md5": out.get("md5") or out.get("etag"),
+                         "files": out.get("nfiles")})
+    return rows
+
+
+def stage_params(lock: Mapping[str, Any],
+                 stages: tuple[str, ...] = ("train", "preferences", "evaluate")) -> dict[str, Any]:
+    """The parameters each named stage ran with, as `dvc.lock` recorded them."""
+    out = {}
+    for stage in stages:
+        entry = (lock.get("stages") or {}).get(stage) or {}
+        for values in (entry.get("params") or {}).values():
+            out.update({k: v for k, v in values.items()} if isinstance(values, dict) else {})
+    return out
+
+
+def _interval(p: float, n: int) -> float:
+    """Half-width of a normal-approximation 95% interval on a proportion."""
+    return 1.96 * math.sqrt(max(p * (1 - p), 0.25 / max(n, 1)) / max(n, 1)) if n else 1.0
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def evaluation_limits(report: Mapping[str, Any], candidate: str) -> list[str]:
+    """Limits this evaluation shows: sample size, judge, held-out notes, bundled corpora."""
+    out = []
+    overall = report["summary"][candidate]["overall"]
+    n = int(overall["n"])
+    out.append(f"Evaluated on {n} tasks: accuracy {_pct(overall['accuracy'])} is known to about "
+               f"+/-{100 * _interval(overall['accuracy'], n):.0f} points (95%).")
+    judge = (report.get("judge") or {}).get("model")
+    if not judge:
+        out.append("QA answers were judged by exact / numeric match only (no LLM judge configured): correct "
+                   "paraphrases count as wrong.")
+    for bench in report.get("benchmarks", []):
+        for note in bench.get("notes") or []:
+            out.append(f"{bench['name']}: {note}")
+    if not report.get("train_set_known", True):
+        out.append("The training set was not given to the evaluation: held-out tasks were re-derived from the "
+                   "assembly's split, not checked against what training used.")
+    return out
+
+
+def model_card(
+    *,
+    name: str,
+    version: str | None,
+    run_id: str | None,
+    manifest: Mapping[str, Any],
+    decision: Decision,
+    gate: GateConfig,
+    report: Mapping[str, Any],
+    candidate: str,
+    champion: Mapping[str, Any] | None,
+    lock: Mapping[str, Any],
+    extra_limits: list[str] | None = None,
+) -> str:
+    """The card as markdown (see the module docstring). `champion` is `{"method", "version"}` or None."""
+    title = f"{name} v{version}" if version else f"{name} (candidate, not registered)"
+    verdict = {True: "**promoted to champion**", False: "**kept as challenger (not promoted)**"}[decision.promote]
+    lines = [f"# {title}", "", f"Gate decision: {verdict}", ""]
+    lines += [f"- {r}" for r in decision.reasons]
+    steps = manifest.get("steps") or {}
+    lines += ["", "## Model", "",
+              f"- base model: `{manifest.get('base_model')}`" + (f", initialised from `{manifest['init_from']}`"
+                                                                if manifest.get("init_from") else ""),
+              f"- training: backend `{manifest.get('backend')}`, SFT steps {steps.get('sft', 0)}, GRPO steps "
+              f"{steps.get('grpo', 0)}, {manifest.get('instances', '?')} training instances",
+              f"- policy prices: catalog model `{manifest.get('policy_alias')}`",
+              f"- weights sha256: `{manifest.get('weights_sha256', '?')}`",
+              f"- MLflow run: `{run_id}`; lineage: `orchestra lineage models:/{name}/{version}`" if version else
+              f"- MLflow run: `{run_id}`"]
+    versions = data_versions(lock)
+    lines += ["", "## Data versions (dvc.lock)", ""]
+    if versions:
+        lines += ["| stage | output | md5 |", "| --- | --- | --- |"]
+        lines += [f"| {v['stage']} | `{v['path']}` | `{v['md5']}` |" for v in versions]
+    else:
+        lines.append("No dvc.lock: the data versions are unknown (run through `orchestra run`).")
+    params = stage_params(lock)
+    lines += ["", "## Parameters", "",
+              "Gate: " + ", ".join(f"{k}={v}" for k, v in gate.model_dump().items()) + "."]
+    if params:
+        shown = json.dumps(params, sort_keys=True, default=str)
+        lines += ["", "Stages (dvc.lock): `" + (shown if len(shown) <= 1200 else shown[:1200] + " ...") + "`"]
+    summary = report["summary"]
+    lines += ["", "## Evaluation", "",
+              f"Task list fingerprint `{report.get('fingerprint')}`; "
+              + ", ".join(f"{b['name']} ({b['tasks']} tasks)" for b in report.get("benchmarks", [])) + ".", "",
+              "| method | accuracy | mean cost | mean latency | adherence |", "| --- | --- | --- | --- | --- |"]
+    labels = report.get("labels") or {}
+    for method, per in summary.items():
+        o = per["overall"]
+        tag = " (" + ", ".join(labels[method]) + ")" if labels.get(method) else ""
+        mark = " **candidate**" if method == candidate else ""
+        lines.append(f"| {method}{tag}{mark} | {_pct(o['accuracy'])} | ${o['cost_mean']:.3g} | "
+                     f"{o['latency_mean']:.2f}s | {_pct(o.get('adherence'))} |")
+    lines += ["", "## Versus the previous champion", ""]
+    if champion and champion.get("method") in summary:
+        c, p = summary[candidate]["overall"], summary[champion["method"]]["overall"]
+        lines += [f"Champion: version {champion.get('version')}, re-evaluated on the same tasks.", "",
+                  "| metric | candidate | champion | change |", "| --- | --- | --- | --- |",
+                  f"| accuracy | {_pct(c['accuracy'])} | {_pct(p['accuracy'])} | "
+                  f"{100 * (c['accuracy'] - p['accuracy']):+.1f} pts |",
+                  f"| mean cost | ${c['cost_mean']:.3g} | ${p['cost_mean']:.3g} | "
+                  + (f"x{c['cost_mean'] / p['cost_mean']:.2f} |" if p["cost_mean"] > 0 else "- |"),
+                  f"| mean latency | {c['latency_mean']:.2f}s | {p['latency_mean']:.2f}s | "
+                  f"{c['latency_mean'] - p['latency_mean']:+.2f}s |"]
+    else:
+        lines.append("No previous champion: this is the first promotion decision.")
+    limits = [*evaluation_limits(report, candidate), *(extra_limits or []), *GENERAL_LIMITS]
+    lines += ["", "## Known limits", ""] + [f"- {limit}" for limit in limits]
+    return "\n".join(lines) + "\n"

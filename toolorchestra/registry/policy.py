@@ -1,0 +1,60 @@
+"""Use a registered orchestrator as a policy: `orchestra ask --policy models:/orchestrator@champion`
+and the `evaluate` stage's champion and `--model` runs.
+
+`load_registered(ref, settings)` downloads the version once (`store.download`), loads its weights
+from the bundled transformers model and its catalog and manifest (`bundle.load_bundle`), and
+returns them with the version's provenance; `load_policy(ref, settings)` returns what a caller of
+the agent loop needs: `(LLM, Price of its tokens, Catalog it was trained with)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolorchestra.core.settings import Settings
+from toolorchestra.llm.base import LLM
+from toolorchestra.tools.catalog import Catalog, Price
+
+
+@dataclass
+class RegisteredModel:
+    llm: LLM
+    catalog: Catalog
+    manifest: dict[str, Any]
+    price: Price
+    name: str
+    version: str
+    run_id: str | None
+    aliases: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def policy_alias(self) -> str | None:
+        return self.manifest.get("policy_alias") or self.catalog.policy
+
+    @property
+    def ref(self) -> str:
+        return f"models:/{self.name}/{self.version}"
+
+
+def load_registered(ref: str, settings: Settings, *, device: str = "auto") -> RegisteredModel:
+    from toolorchestra.registry.bundle import load_bundle, policy_price
+    from toolorchestra.registry.store import artifact_paths, download
+
+    folder, version = download(ref, settings)
+    llm, catalog, manifest = load_bundle(artifact_paths(folder), device=device)
+    llm.model = f"{version.name}/v{version.version}"
+    return RegisteredModel(llm=llm, catalog=catalog, manifest=manifest, price=policy_price(catalog, manifest),
+                           name=version.name, version=str(version.version), run_id=version.run_id,
+                           aliases=list(version.aliases or []), tags=dict(version.tags or {}))
+
+
+def load_policy(ref: str, settings: Settings) -> tuple[LLM, Price, Catalog]:
+    """(policy LLM, price of its tokens, the catalog it was trained with) of a registered model."""
+    model = load_registered(ref, settings)
+    return model.llm, model.price, model.catalog
+
+
+def is_registry_ref(text: str | None) -> bool:
+    return bool(text) and str(text).startswith("models:/")

@@ -1,0 +1,139 @@
+"""The training configuration: one validated model shared by the `train` stage and `orchestra train`.
+
+Sections: `data` (which instances), `episode` (how rollouts run), `sft` (the warm start on golden
+trajectories), `grpo` (TRL's GRPOTrainer), `verl` (the cluster backend). Unknown keys are rejected
+and cross-field problems are reported with how to fix them.
+
+Defaults are the embedded CPU profile for SmolLM2-135M: a short SFT warm start (the base model
+emits no parseable tool call), then a few GRPO steps of 4 rollouts with short turns. The SFT
+default stays small on purpose: too many steps make every rollout of a group identical (zero
+reward spread, no gradient; watch `frac_reward_zero_std`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from toolorchestra.rl.episodes import EpisodeConfig
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(BaseModel):
+    model_config = _STRICT
+
+    split: str = Field("train", description="split of a datasets folder to train on")
+    kinds: list[Literal["tool_use", "qa"]] = Field(default_factory=lambda: ["tool_use", "qa"])
+    max_instances: int | None = Field(None, ge=1, description="cap (a seeded sample) for tiny profiles")
+    max_actions: int | None = Field(None, ge=1, description="keep tool-use tasks with at most this many golden calls")
+    assembly: dict[str, object] = Field(
+        default_factory=dict,
+        description="AssemblyConfig fields, used only when instances are assembled from validated tasks here",
+    )
+
+
+class SFTSettings(BaseModel):
+    """Supervised warm start on golden trajectories (TRL's SFTTrainer)."""
+
+    model_config = _STRICT
+
+    enabled: bool = True
+    steps: int = Field(4, ge=1)
+    batch_size: int = Field(4, ge=1)
+    learning_rate: float = Field(5e-5, gt=0)
+    max_length: int = Field(2048, ge=64, description="tokens per example; longer examples are dropped")
+    max_examples: int | None = Field(64, ge=1)
+
+
+class GRPOSettings(BaseModel):
+    """TRL GRPOTrainer settings (the loss and optimiser are TRL's)."""
+
+    model_config = _STRICT
+
+    steps: int = Field(3, ge=1)
+    num_generations: int = Field(4, ge=2, description="rollouts per instance: one GRPO group")
+    prompts_per_step: int = Field(1, ge=1, description="groups per optimisation step")
+    learning_rate: float = Field(1e-5, gt=0)
+    beta: float = Field(0.0, ge=0, description="KL coefficient; > 0 loads a frozen reference model")
+    epsilon: float = Field(0.2, gt=0)
+    epsilon_high: float = Field(0.28, gt=0)
+    clip_advantage: float = Field(3.0, gt=0)
+    min_std: float = Field(0.1, ge=0, description="groups whose reward spread is at most this are filtered")
+    temperature: float = Field(1.0, gt=0)
+    max_completion_length: int = Field(1024, ge=16, description="tokens of a whole multi-turn completion")
+    save_steps: int = Field(1, ge=1)
+    loss_type: str = "dapo"
+    gradient_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOSettings:
+        if self.epsilon_high < self.epsilon:
+            raise ValueError("grpo.epsilon_high must be >= grpo.epsilon (the upper clip of the ratio)")
+        return self
+
+
+class VerlSettings(BaseModel):
+    """The cluster backend (verl 0.9 GRPO on Ray); defaults are the paper's."""
+
+    model_config = _STRICT
+
+    model: str = "Qwen/Qwen3-8B"
+    nnodes: int = Field(2, ge=1)
+    n_gpus_per_node: int = Field(8, ge=1)
+    learning_rate: float = Field(1e-6, gt=0)
+    rollouts_per_task: int = Field(8, ge=2)
+    train_batch_size: int = Field(16, ge=1, description="tasks per step")
+    ppo_mini_batch_size: int = Field(16, ge=1)
+    micro_batch_size_per_gpu: int = Field(1, ge=1)
+    clip_ratio_low: float = Field(0.2, gt=0)
+    clip_ratio_high: float = Field(0.28, gt=0)
+    kl_loss_coef: float = Field(1e-4, ge=0)
+    max_turns: int = Field(30, ge=1)
+    prompt_length: int = Field(8192, ge=256)
+    response_length: int = Field(8192, ge=256)
+    max_tool_response_length: int = Field(4096, ge=64)
+    tensor_model_parallel_size: int = Field(2, ge=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    total_epochs: int = Field(1, ge=1)
+    total_training_steps: int | None = Field(None, ge=1)
+    save_freq: int = Field(10, ge=-1)
+    test_freq: int = Field(-1, ge=-1)
+    project_name: str = "toolorchestra"
+    experiment_name: str = "orchestrator-grpo"
+    ray_address: str | None = Field(None, description="existing cluster; None: RAY_ADDRESS or a local one")
+    submit: Literal["direct", "job"] = Field("direct", description="run main_ppo here, or `ray job submit`")
+    overrides: list[str] = Field(default_factory=list, description="extra Hydra overrides, appended last")
+
+    @model_validator(mode="after")
+    def _check(self) -> VerlSettings:
+        if self.ppo_mini_batch_size > self.train_batch_size:
+            raise ValueError("verl.ppo_mini_batch_size must not exceed verl.train_batch_size")
+        return self
+
+
+class TrainConfig(BaseModel):
+    """Everything one training run needs besides its input and output paths."""
+
+    model_config = _STRICT
+
+    backend: Literal["trl", "verl"] = "trl"
+    base_model: str = Field("smollm2-135m-instruct", description="`smollm2-135m-instruct` or a model folder")
+    init_from: str | None = Field(None, description="start from this checkpoint folder instead of base_model")
+    seed: int = 0
+    device: str = Field("auto", description="auto | cpu | cuda[:N]")
+    data: DataConfig = DataConfig()
+    episode: EpisodeConfig = EpisodeConfig()
+    sft: SFTSettings = SFTSettings()
+    grpo: GRPOSettings = GRPOSettings()
+    verl: VerlSettings = VerlSettings()
+    resume: bool = Field(True, description="continue from the last checkpoint of an identical interrupted run")
+    log_checkpoint_artifact: bool = Field(True, description="log the final checkpoint to MLflow")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.sft.enabled and self.data.kinds == ["qa"]:
+            raise ValueError("sft.enabled needs tool-use instances (QA tasks have no golden trajectory): "
+                             "add tool_use to data.kinds or set sft.enabled: false")
+        return self

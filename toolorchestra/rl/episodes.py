@@ -1,0 +1,281 @@
+"""Rollout episodes over training instances: tools, the agent loop, and scoring.
+
+`RolloutEnvironment.run(policy, instances)` plays one episode per instance, all in lockstep (one
+batched generation per turn), with the project's agent loop (`toolorchestra.agent.loop`):
+
+- **tool-use** instances get a fresh live database of their domain (`DomainEnv`, reset to the
+  task's initial state) whose declarative tools are offered, plus the catalog tools the instance
+  offers (the LLM experts, `call_expert`-style);
+- **QA** instances get the catalog tools the instance offers (`search`, `enhance_reasoning`,
+  `answer`, ...).
+
+Each episode starts from its instance's prompt with its own toolbox (its own database state, the
+instance's tools and prices): the loop's per-episode `start(toolbox=, messages=)`. Each finished
+episode is scored by `score_rollout`, the one scorer shared with evaluation: a tool-use task by
+ToolScale's three criteria (database hash, communicated values, golden actions), a QA task by the
+rule-based answer judge. A `Rollout`
+carries what the reward reads: `metrics()` (`calls/<tool>`, `cost`, `latency`), `correct`, and
+`valid` (format-valid and answered; invalid rollouts get no reward and no gradient).
+
+`golden_conversation(instance)` replays a tool-use task's golden actions through the same tools
+and renders them as Hermes calls with their real observations plus a final reply that states the
+`communicate_info` values: the SFT warm start's data.
+
+Departures from the paper's setup, for small models on CPU: observations are truncated to
+`max_observation_chars`, and `max_domain_tools` caps the domain tools offered (the golden ones are
+always kept, the rest are a seeded sample) so prompts stay short.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolorchestra.agent.loop import Orchestrator
+from toolorchestra.agent.trajectory import Trajectory, Turn
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.settings import Settings
+from toolorchestra.llm.base import LLM, Message
+from toolorchestra.llm.hermes import format_tool_call, strip_tool_calls
+from toolorchestra.rl.instances import DomainLocator, TrainInstance
+from toolorchestra.tools.catalog import Catalog, Price
+from toolorchestra.tools.experts import EpisodeContext
+from toolorchestra.tools.toolbox import Toolbox
+
+DEFAULT_PREFERENCE = {"accuracy": 1.0}
+
+
+class EpisodeConfig(BaseModel):
+    """How episodes run during training (and evaluation of a trained policy)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: int = Field(4, ge=1, le=100)
+    max_tokens: int = Field(96, ge=8, description="new tokens per orchestrator turn")
+    max_observation_chars: int = Field(800, ge=64)
+    max_domain_tools: int | None = Field(6, ge=1, description="None: every domain tool the instance offers")
+    max_workers: int = Field(8, ge=1)
+    default_preference: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PREFERENCE))
+    """The reward's weights for an instance without a preference."""
+    policy_alias: str | None = Field(None, description="catalog model whose prices the policy's tokens cost")
+
+
+@dataclass(repr=False)
+class Rollout:
+    """One finished episode and its outcome."""
+
+    instance: TrainInstance
+    trajectory: Trajectory
+    tools: list[dict[str, Any]]
+    correct: bool
+    answered: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # short: TRL prints rollouts it got no reward for
+        return (f"Rollout({self.instance.id!r}, correct={self.correct}, valid={self.valid}, "
+                f"turns={len(self.trajectory.turns)}, stop={self.trajectory.stop_reason})")
+
+    @property
+    def format_valid(self) -> bool:
+        return self.trajectory.format_valid
+
+    @property
+    def valid(self) -> bool:
+        """Scored by the reward: every call well formed and the episode gave an answer."""
+        return self.format_valid and self.answered
+
+    def metrics(self) -> dict[str, float]:
+        return self.trajectory.metrics()
+
+
+# ------------------------------------------------------------------------------ scoring
+
+
+def said_to_user(trajectory: Trajectory) -> list[str]:
+    """What the orchestrator told the user: its text outside tool calls, and the final answer."""
+    said = [strip_tool_calls(t.text) for t in trajectory.turns if t.text]
+    if trajectory.answer and trajectory.stop_reason == "answer_tool":
+        said.append(trajectory.answer)  # an expert's final reply is delivered to the user
+    return [s for s in said if s]
+
+
+def answered(trajectory: Trajectory) -> bool:
+    return trajectory.stop_reason in ("answer_tool", "final_message") and bool((trajectory.answer or "").strip())
+
+
+def score_rollout(instance: TrainInstance, trajectory: Trajectory, env: Any = None) -> tuple[bool, dict[str, Any]]:
+    """(correct, details). A tool-use instance needs its episode's live `DomainEnv`."""
+    if instance.kind == "qa":
+        from toolorchestra.preferences.judge import judge_answer
+
+        ok = answered(trajectory) and judge_answer(trajectory.answer, instance.answer)
+        return ok, {"answer": trajectory.answer, "gold": instance.answer}
+    from toolorchestra.envs.evaluation import ToolCall
+    from toolorchestra.envs.evaluation import Trajectory as EnvTrajectory
+
+    if env is None:
+        raise ValueError("scoring a tool-use rollout needs its DomainEnv")
+    calls = [ToolCall(name=t.tool, arguments=t.arguments or {}) for t in trajectory.turns if t.tool and t.ok]
+    result = env.score(EnvTrajectory(tool_calls=calls, messages=said_to_user(trajectory)))
+    details = {"db": result.db, "action": result.action, "communicate": result.communicate,
+               "missing_communicate": result.missing_communicate, "unmatched_actions": result.unmatched_actions}
+    return result.reward == 1.0, details
+
+
+# ------------------------------------------------------------------------------ per-episode tools
+
+
+@dataclass
+class EpisodeSetup:
+    """One episode's instance, toolbox (with its own database when tool use) and tool schemas."""
+
+    instance: TrainInstance
+    toolbox: Toolbox
+    specs: list[dict[str, Any]]
+    env: Any = None
+
+
+# ------------------------------------------------------------------------------ environment
+
+
+class RolloutEnvironment:
+    """Builds each instance's tools and runs episodes with the agent loop."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        settings: Settings,
+        domains: DomainLocator,
+        config: EpisodeConfig | None = None,
+        *,
+        llm_for: Callable[[str], LLM] | None = None,
+    ) -> None:
+        self.catalog, self.settings, self.domains = catalog, settings, domains
+        self.config = config or EpisodeConfig()
+        self.llm_for = llm_for
+        self._catalog_tools: Toolbox | None = None
+        self._catalog_names: set[str] = set()
+
+    # -- tools
+
+    def catalog_toolbox(self, names: list[str]) -> Toolbox:
+        """The catalog's tools, built once (experts load their models on first use)."""
+        missing = set(names) - self._catalog_names
+        if missing:
+            from toolorchestra.tools.toolbox import build_toolbox
+
+            unknown = missing - {t.name for t in self.catalog.tools}
+            if unknown:
+                raise ConfigError(None, f"instances offer tools {sorted(unknown)} that the catalog lacks; "
+                                  f"known: {[t.name for t in self.catalog.tools]}", key="catalog")
+            self._catalog_names |= missing
+            self._catalog_tools = build_toolbox(self.catalog, self.settings, llm_for=self.llm_for,
+                                                only=sorted(self._catalog_names))
+        assert self._catalog_tools is not None or not names
+        return self._catalog_tools if self._catalog_tools is not None else Toolbox([])
+
+    def offered_domain_tools(self, instance: TrainInstance) -> list[str]:
+        """The instance's domain tools, capped at `max_domain_tools` (golden ones always kept)."""
+        names = list(instance.domain_tools)
+        cap = self.config.max_domain_tools
+        if cap is None or len(names) <= cap:
+            return names
+        required = [n for n in names if n in set(instance.required_tools)]
+        rest = [n for n in names if n not in set(required)]
+        rng = random.Random(f"tools:{instance.id}")
+        keep = set(required) | set(rng.sample(rest, max(0, min(len(rest), cap - len(required)))))
+        return [n for n in names if n in keep]
+
+    def setup(self, instance: TrainInstance) -> EpisodeSetup:
+        """A fresh episode's toolbox (its own database state when it is a tool-use task)."""
+        tools = []
+        env = None
+        if instance.kind == "tool_use":
+            from toolorchestra.envs.domain_tools import DomainEnv
+
+            if not instance.domain:
+                raise ConfigError(None, f"tool-use instance {instance.id} names no domain", key="domain")
+            env = DomainEnv(self.domains.domain(instance.domain))
+            env.reset(instance.tau2_task)
+            offered = set(self.offered_domain_tools(instance))
+            tools.extend(t for t in env.tools() if t.name in offered)
+        catalog_box = self.catalog_toolbox(instance.catalog_tools) if instance.catalog_tools else None
+        if catalog_box is not None:
+            tools.extend(catalog_box.tools[name] for name in instance.catalog_tools)
+        model_prices = {**{a: m.price for a, m in self.catalog.models.items()}, **instance.model_prices}
+        box = Toolbox(tools, prices=dict(instance.tool_prices), model_prices=model_prices,
+                      max_observation_chars=self.config.max_observation_chars)
+        return EpisodeSetup(instance=instance, toolbox=box, specs=box.specs(), env=env)
+
+    def policy_price(self, instance: TrainInstance) -> Price:
+        alias = self.config.policy_alias or self.catalog.policy
+        if alias is None:
+            return Price()
+        return instance.model_prices.get(alias) or (self.catalog.models[alias].price if alias in self.catalog.models else Price())
+
+    def preference(self, instance: TrainInstance) -> dict[str, float]:
+        return dict(instance.preference) if instance.preference else dict(self.config.default_preference)
+
+    # -- episodes
+
+    def run(self, policy: LLM, instances: list[TrainInstance], *, temperature: float = 1.0,
+            seed: int | None = None) -> list[Rollout]:
+        """One episode per instance (repeat an instance for a GRPO group), in lockstep: each
+        episode starts from its instance's prompt with its own toolbox."""
+        if not instances:
+            return []
+        setups = [self.setup(i) for i in instances]
+        # The policy's tokens are priced per instance below, after the run.
+        loop = Orchestrator(policy, Toolbox([]), policy_price=Price(), max_turns=self.config.max_turns,
+                            max_tokens=self.config.max_tokens, temperature=temperature, seed=seed,
+                            max_workers=self.config.max_workers)
+        episodes = []
+        for setup in setups:
+            episode = loop.start(setup.instance.question, toolbox=setup.toolbox, messages=setup.instance.prompt)
+            if hasattr(policy, "bind"):  # a policy that records per-transcript state (RolloutPolicy)
+                policy.bind(episode.messages, setup.specs)
+            episodes.append(episode)
+        trajectories = loop.run_episodes(episodes)
+        rollouts = []
+        for setup, trajectory in zip(setups, trajectories, strict=True):
+            price = self.policy_price(setup.instance)
+            for turn in trajectory.turns:  # the policy's own tokens, at this instance's price
+                turn.cost_usd += price.tokens_cost(turn.policy_usage)
+            trajectory.preference = setup.instance.preference_text
+            correct, details = score_rollout(setup.instance, trajectory, setup.env)
+            rollouts.append(Rollout(instance=setup.instance, trajectory=trajectory, tools=setup.specs,
+                                    correct=correct, answered=answered(trajectory), details=details))
+        return rollouts
+
+    # -- golden trajectories (SFT)
+
+    def golden_conversation(self, instance: TrainInstance) -> tuple[list[Message], list[dict[str, Any]]] | None:
+        """The golden actions as Hermes calls with their observations, then a reply that states
+        the values to communicate; None for QA instances (no golden trajectory) or a task whose
+        golden replay is not scored correct."""
+        if instance.kind != "tool_use":
+            return None
+        setup = self.setup(instance)
+        messages: list[Message] = [dict(m) for m in instance.prompt]
+        context = EpisodeContext(task=instance.question)
+        trajectory = Trajectory(task=instance.question)
+        for index, action in enumerate(instance.tau2_task.actions):
+            arguments = copy.deepcopy(action.arguments)
+            text = format_tool_call(action.name, arguments)
+            result = setup.toolbox.call(action.name, arguments, context)
+            messages.append({"role": "assistant", "content": text})
+            messages.append({"role": "tool", "content": result.observation})
+            trajectory.turns.append(Turn(index=index, text=text, tool=action.name, arguments=arguments,
+                                         observation=result.observation, ok=result.ok))
+        info = instance.tau2_task.communicate_info
+        reply = "Done." + (f" The information you asked for: {'; '.join(info)}." if info else "")
+        messages.append({"role": "assistant", "content": reply})
+        trajectory.turns.append(Turn(index=len(trajectory.turns), text=reply))
+        trajectory.answer, trajectory.stop_reason = reply, "final_message"
+        correct, _ = score_rollout(instance, trajectory, setup.env)
+        return (messages, setup.specs) if correct else None

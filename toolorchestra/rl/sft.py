@@ -1,0 +1,91 @@
+"""SFT warm start on golden trajectories, with TRL's SFTTrainer.
+
+SmolLM2-135M emits no parseable tool call unprompted, so GRPO on it would see only invalid
+rollouts (no reward, no gradient). A short supervised pass on the training tasks' golden
+trajectories (`RolloutEnvironment.golden_conversation`: the golden actions as Hermes calls, their
+real observations, and a reply stating the values to communicate) teaches the format first.
+
+Examples are encoded with the same `TranscriptEncoder` as GRPO rollouts, so the model learns the
+exact token layout it will generate in; only assistant tokens carry loss (`assistant_masks`, which
+SFTTrainer folds into the labels). Keep the step count small: a saturated policy makes every
+rollout of a group identical and GRPO then has nothing to learn from.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.rl.config import SFTSettings
+from toolorchestra.rl.episodes import RolloutEnvironment
+from toolorchestra.rl.instances import TrainInstance
+from toolorchestra.rl.transcript import TranscriptEncoder
+
+log = logging.getLogger(__name__)
+
+
+def golden_examples(env: RolloutEnvironment, instances: list[TrainInstance], tokenizer: Any,
+                    settings: SFTSettings, seed: int = 0) -> list[dict[str, list[int]]]:
+    """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per tool-use task."""
+    encoder = TranscriptEncoder(tokenizer)
+    seen: set[tuple[str | None, str]] = set()
+    examples = []
+    order = list(instances)
+    random.Random(seed).shuffle(order)
+    for instance in order:
+        key = (instance.domain, instance.task_id)
+        if instance.kind != "tool_use" or key in seen:
+            continue
+        seen.add(key)
+        golden = env.golden_conversation(instance)
+        if golden is None:
+            continue
+        encoded = encoder.encode(golden[0], golden[1])
+        if len(encoded.ids) > settings.max_length:
+            log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id, len(encoded.ids))
+            continue
+        examples.append({"input_ids": encoded.ids, "assistant_masks": encoded.mask})
+        if settings.max_examples is not None and len(examples) >= settings.max_examples:
+            break
+    return examples
+
+
+def run_sft(
+    model: Any,
+    tokenizer: Any,
+    examples: list[dict[str, list[int]]],
+    settings: SFTSettings,
+    output_dir: Path,
+    *,
+    seed: int = 0,
+    use_cpu: bool = True,
+    callbacks: list[Any] | None = None,
+) -> dict[str, float]:
+    """Train `model` in place on `examples`; returns the trainer's final metrics."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    if not examples:
+        raise ValueError("no golden trajectories to train on (no tool-use instance replayed correctly)")
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=settings.steps,
+        per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",
+        max_length=settings.max_length,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=use_cpu,
+        bf16=not use_cpu,
+        seed=seed,
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
+                         processing_class=tokenizer, callbacks=callbacks)
+    result = trainer.train()
+    return {f"sft/{k}": float(v) for k, v in result.metrics.items() if isinstance(v, int | float)}

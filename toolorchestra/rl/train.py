@@ -1,0 +1,212 @@
+"""One training run with the TRL backend: SFT warm start -> GRPO -> checkpoint.
+
+`train_trl(config, instances, ...)` is what the `train` stage and `orchestra train --backend trl`
+call. Phases, each resumable:
+
+1. **warm start** (optional, on by default): SFTTrainer on the golden trajectories of the training
+   tasks; the result is saved in the run's work folder and reused if the run restarts;
+2. **GRPO**: TRL's GRPOTrainer (`trl_backend`) from the warm-started model; a trainer checkpoint
+   every `grpo.save_steps` in the work folder, and a restarted run continues from the last one;
+3. **export**: the final policy, tokenizer, chat template, catalog and manifest into the output
+   folder (`checkpoint.save_checkpoint`); the work folder is then removed.
+
+The same code runs on CPU (float32) and on one CUDA GPU (bf16).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.agent.loop import SYSTEM_PROMPT
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.fs import atomic_write_text
+from toolorchestra.core.settings import Settings
+from toolorchestra.rl.checkpoint import checkpoint_step, last_checkpoint, run_key, save_checkpoint
+from toolorchestra.rl.config import TrainConfig
+from toolorchestra.rl.episodes import RolloutEnvironment
+from toolorchestra.rl.instances import DomainLocator, TrainInstance
+from toolorchestra.tools.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Path
+    metrics: dict[str, float]
+    resumed_from_step: int | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def resolve_model_folder(name: str, settings: Settings) -> Path:
+    """`smollm2-135m-instruct` (converted once from the packaged GGUF) or a model folder."""
+    from toolorchestra.llm import smollm2
+
+    if name == smollm2.NAME:
+        return smollm2.ensure_converted(settings.models_cache)
+    folder = Path(name).expanduser()
+    if not folder.is_absolute():
+        folder = settings.workspace / folder
+    if not (folder / "config.json").is_file():
+        raise ConfigError(folder, "not a transformers model folder (no config.json)", key="base_model")
+    return folder
+
+
+def select_instances(config: TrainConfig, instances: list[TrainInstance]) -> list[TrainInstance]:
+    """The instances this run trains on: by kind, golden-call count, then a seeded cap."""
+    import random
+
+    kept = [i for i in instances if i.kind in config.data.kinds]
+    if config.data.max_actions is not None:
+        kept = [i for i in kept if i.kind != "tool_use" or len(i.tau2_task.actions) <= config.data.max_actions]
+    if config.data.max_instances is not None and len(kept) > config.data.max_instances:
+        kept = sorted(random.Random(config.seed).sample(kept, config.data.max_instances), key=lambda i: i.id)
+    if not kept:
+        raise ConfigError(None, f"no training instances left after filtering (kinds={config.data.kinds}, "
+                          f"max_actions={config.data.max_actions}); loosen train.data", key="train.data")
+    return kept
+
+
+def work_folder(config: TrainConfig, instances: list[TrainInstance], catalog: Catalog, settings: Settings) -> Path:
+    """Where this run's resumable state lives: keyed by everything but the run's length."""
+    fixed = config.model_dump(mode="json", exclude={"resume", "log_checkpoint_artifact", "verl"})
+    fixed["grpo"].pop("steps", None)
+    key = run_key(fixed, sorted(i.id for i in instances), catalog.to_dict())
+    return settings.state / "train" / key
+
+
+def _device(config: TrainConfig) -> str:
+    from toolorchestra.llm.local import resolve_device
+
+    return resolve_device(config.device)
+
+
+def _load_tokenizer(folder: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"  # GRPO generation and TRL's prompt padding need it
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not tokenizer.chat_template:
+        raise ConfigError(folder, "the tokenizer has no chat template; give it one with a tools branch")
+    return tokenizer
+
+
+def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[TrainInstance], start: Path,
+               work: Path, *, use_cpu: bool) -> tuple[Path, dict[str, float]]:
+    """SFT on golden trajectories; returns the folder of the warm-started model (reused if done)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from toolorchestra.rl.sft import golden_examples, run_sft
+    from toolorchestra.rl.tracking import StepMetrics
+
+    done = work / "sft" / "model"
+    if (done / ".complete").is_file():
+        log.info("warm start already done in %s", done)
+        return done, {}
+    tokenizer = _load_tokenizer(start)
+    examples = golden_examples(env, instances, tokenizer, config.sft, seed=config.seed)
+    if not examples:
+        raise ConfigError(None, "the warm start found no golden trajectory to train on (no tool-use instance "
+                          f"replays correctly within sft.max_length={config.sft.max_length}); include tool_use "
+                          "instances, raise sft.max_length, or set sft.enabled: false", key="train.sft")
+    dtype = torch.float32 if use_cpu else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
+    tracker = StepMetrics("sft/")
+    metrics = run_sft(model, tokenizer, examples, config.sft, work / "sft" / "trainer", seed=config.seed,
+                      use_cpu=use_cpu, callbacks=[tracker])
+    metrics["sft/examples"] = float(len(examples))
+    losses = [row["loss"] for row in tracker.history if "loss" in row]
+    if losses:
+        metrics["sft/first_loss"], metrics["sft/final_loss"] = losses[0], losses[-1]
+    tmp = work / "sft" / ".model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    atomic_write_text(tmp / ".complete", "sft\n")
+    shutil.rmtree(done, ignore_errors=True)
+    tmp.rename(done)
+    return done, metrics
+
+
+def summarize(history: list[dict[str, float]]) -> dict[str, float]:
+    """Stage metrics from the per-step GRPO logs: last values and means of the key series."""
+    steps = [h for h in history if "loss" in h and "orchestra/reward_mean" in h]
+    if not steps:
+        return {}
+    out: dict[str, float] = {"grpo/steps": float(len(steps))}
+    for key in ("orchestra/reward_mean", "orchestra/accuracy", "orchestra/format_valid_rate",
+                "orchestra/frac_reward_zero_std", "orchestra/groups_filtered", "orchestra/cost_mean",
+                "orchestra/latency_mean", "step_time", "tokens_per_s"):
+        values = [h[key] for h in steps if key in h]
+        if values:
+            name = key.replace("orchestra/", "")
+            out[f"grpo/{name}_mean"] = statistics.fmean(values)
+            out[f"grpo/{name}_last"] = values[-1]
+    out["grpo/loss_last"] = steps[-1]["loss"]
+    if "kl" in steps[-1]:
+        out["grpo/kl_last"] = steps[-1]["kl"]
+    return out
+
+
+def train_trl(
+    config: TrainConfig,
+    instances: list[TrainInstance],
+    *,
+    catalog: Catalog,
+    settings: Settings,
+    domains: DomainLocator,
+    out_dir: Path,
+    llm_for: Any = None,
+    callbacks: list[Any] | None = None,
+) -> TrainResult:
+    """Warm start, GRPO and export (see the module docstring); `out_dir` receives the checkpoint."""
+    from toolorchestra.rl.tracking import StepMetrics
+    from toolorchestra.rl.trl_backend import build_grpo_trainer
+
+    started = time.perf_counter()
+    instances = select_instances(config, instances)
+    device = _device(config)
+    use_cpu = not device.startswith("cuda")
+    base = resolve_model_folder(config.init_from or config.base_model, settings)
+    env = RolloutEnvironment(catalog, settings, domains, config.episode, llm_for=llm_for)
+    work = work_folder(config, instances, catalog, settings)
+    work.mkdir(parents=True, exist_ok=True)
+    metrics: dict[str, float] = {"instances": float(len(instances))}
+    start = base
+    if config.sft.enabled:
+        start, sft_metrics = warm_start(config, env, instances, base, work, use_cpu=use_cpu)
+        metrics.update(sft_metrics)
+    tokenizer = _load_tokenizer(start)
+    tracker = StepMetrics("grpo/")
+    trainer = build_grpo_trainer(start, tokenizer, env, instances, config.grpo, work / "grpo", use_cpu=use_cpu,
+                                 seed=config.seed, callbacks=[tracker, *(callbacks or [])])
+    resume = last_checkpoint(work / "grpo") if config.resume else None
+    resumed_step = checkpoint_step(resume) if resume is not None else None
+    if resume is not None:
+        log.info("resuming GRPO from %s (step %s)", resume, resumed_step)
+    trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    metrics.update(summarize(tracker.history))
+    metrics["grpo/global_step"] = float(trainer.state.global_step)
+    if resumed_step is not None:
+        metrics["grpo/resumed_from_step"] = float(resumed_step)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    manifest = {
+        "name": "orchestrator", "base_model": config.base_model, "init_from": config.init_from, "backend": "trl",
+        "steps": {"sft": config.sft.steps if config.sft.enabled else 0, "grpo": trainer.state.global_step},
+        "episode": config.episode.model_dump(mode="json"), "system_prompt": SYSTEM_PROMPT,
+        "policy_alias": config.episode.policy_alias or catalog.policy, "instances": len(instances),
+        "metrics": {k: v for k, v in metrics.items()},
+    }
+    save_checkpoint(model, tokenizer, out_dir, catalog=catalog, manifest=manifest)
+    shutil.rmtree(work, ignore_errors=True)  # finished: nothing left to resume
+    metrics["train_seconds"] = time.perf_counter() - started
+    return TrainResult(checkpoint=out_dir, metrics=metrics, resumed_from_step=resumed_step, history=tracker.history)

@@ -1,0 +1,275 @@
+"""Token-exact multi-turn transcripts: one encoding for rollouts, GRPO and SFT.
+
+`TranscriptEncoder.encode(messages, tools)` turns a chat transcript into token ids plus a mask that
+is 1 exactly on the tokens the policy produces (assistant turns and their end-of-turn token) and 0
+on everything else (system and user text, tool schemas, `<tool_response>` observations, the chat
+template's headers). It renders through the tokenizer's own chat template, piece by piece:
+
+    render(messages[:i], generation prompt)  ->  the context the policy saw before turn i (mask 0)
+    assistant turn i                         ->  the sampled ids when known, else its text (mask 1)
+
+so the context of turn k during a rollout is, token for token, the prefix of the sequence GRPO
+later scores, and SFT on golden trajectories trains the same layout. Tool observations therefore
+never carry gradient (TRL's `env_mask`, verl's `response_mask`).
+
+`RolloutPolicy` is the `LLM` the agent loop drives during training: it generates from those exact
+contexts with the model being trained, samples, and records each turn's sampled ids, so the
+completion GRPO trains on is what was sampled, not a re-tokenisation of decoded text.
+
+The template must be prefix-consistent (rendering more messages only appends text), which holds
+for ChatML templates such as SmolLM2's; a template that rewrites earlier turns (e.g. one that strips
+past reasoning) is rejected with a `TranscriptError`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolorchestra.core.errors import OrchestraError
+from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage
+from toolorchestra.llm.hermes import CLOSE
+
+
+class TranscriptError(OrchestraError):
+    """A transcript cannot be encoded token-exactly with this tokenizer's chat template."""
+
+
+@dataclass
+class Encoded:
+    """Token ids of a transcript, the trainable mask, and where the first generation starts."""
+
+    ids: list[int]
+    mask: list[int]
+    prompt_len: int
+    """Tokens before the first assistant turn: the initial prompt (system, tools, user)."""
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.ids[: self.prompt_len]
+
+    @property
+    def completion_ids(self) -> list[int]:
+        return self.ids[self.prompt_len:]
+
+    @property
+    def completion_mask(self) -> list[int]:
+        return self.mask[self.prompt_len:]
+
+
+class TranscriptEncoder:
+    """Encode chat transcripts with a tokenizer's chat template (see the module docstring)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_text: str = tokenizer.eos_token
+        self.eos_id: int = tokenizer.convert_tokens_to_ids(self.eos_text)
+        if self.eos_text is None or self.eos_id is None:
+            raise TranscriptError("the tokenizer has no eos token; set it to the end-of-turn token")
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=generation_prompt, tokenize=False
+        )
+
+    def text_ids(self, text: str) -> list[int]:
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        sampled: list[list[int]] | None = None,
+        generation_prompt: bool = False,
+    ) -> Encoded:
+        """Ids and mask of `messages`.
+
+        Args:
+            sampled: the ids the policy sampled for each assistant turn, in order; a turn without
+                an entry is encoded from its text. A sampled turn that did not end with the eos
+                token (stopped after `</tool_call>`, or cut by length) gets the template's eos
+                appended with mask 0: the policy did not produce it.
+            generation_prompt: end with the header of a new assistant turn (a rollout context);
+                otherwise the sequence ends right after the last assistant turn (a training one).
+        """
+        ids: list[int] = []
+        mask: list[int] = []
+        covered = ""  # rendered text already turned into ids
+        pending = ""  # template text waiting to be tokenized in one piece (mask 0)
+        prompt_len: int | None = None
+        turn = 0
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            before = self.render(messages[:i], tools, True)
+            if not before.startswith(covered):
+                raise TranscriptError(
+                    "the chat template is not prefix-consistent (rendering more messages changed "
+                    f"earlier text at message {i}); token-exact multi-turn training needs one that only appends"
+                )
+            ids_piece = self.text_ids(pending + before[len(covered):])
+            ids.extend(ids_piece)
+            mask.extend([0] * len(ids_piece))
+            if prompt_len is None:
+                prompt_len = len(ids)
+            after = self.render(messages[: i + 1], tools, False)
+            end = after.rfind(self.eos_text)
+            if end < len(before):
+                raise TranscriptError(
+                    f"the chat template did not close assistant message {i} with {self.eos_text!r}"
+                )
+            turn_ids = sampled[turn] if sampled is not None and turn < len(sampled) else None
+            if turn_ids is not None:
+                ids.extend(turn_ids)
+                mask.extend([1] * len(turn_ids))
+                if not turn_ids or turn_ids[-1] != self.eos_id:
+                    ids.append(self.eos_id)
+                    mask.append(0)
+            else:
+                if not after.startswith(before):
+                    raise TranscriptError(f"assistant message {i} does not render after its generation prompt")
+                body = self.text_ids(after[len(before):end])
+                ids.extend(body + [self.eos_id])
+                mask.extend([1] * (len(body) + 1))
+            pending = after[end + len(self.eos_text):]
+            covered = after
+            turn += 1
+        if generation_prompt or prompt_len is None:
+            final = self.render(messages, tools, True)
+            if not final.startswith(covered):
+                raise TranscriptError("the chat template is not prefix-consistent at the final generation prompt")
+            tail = self.text_ids(pending + final[len(covered):])
+            ids.extend(tail)
+            mask.extend([0] * len(tail))
+            if prompt_len is None:
+                prompt_len = len(ids)
+        return Encoded(ids=ids, mask=mask, prompt_len=prompt_len)
+
+
+@dataclass
+class _Binding:
+    tools: list[dict[str, Any]] | None
+    sampled: list[list[int]] = field(default_factory=list)
+
+
+class RolloutPolicy(LLM):
+    """The model being trained, as the agent loop's policy, generating from token-exact contexts.
+
+    Bind each episode's transcript (the loop's `messages` list), optionally with its tool specs,
+    before the loop runs; every `chat_batch` row is matched to its binding by identity, and the
+    ids sampled for it are appended to the binding. A binding without specs takes the row's
+    `tools` / `tools_per_row` on first use. Sampling uses `temperature` (> 0) unless a call asks
+    for greedy decoding (`temperature=0`).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str = "policy", top_p: float = 1.0) -> None:
+        self.lm, self.tokenizer, self.model, self.top_p = model, tokenizer, name, top_p
+        self.encoder = TranscriptEncoder(tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.encoder.eos_id
+        self._bindings: dict[int, tuple[list[Message], _Binding]] = {}
+        self._lock = threading.Lock()
+
+    def bind(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> None:
+        # The list itself is kept so its id cannot be reused while the binding lives.
+        self._bindings[id(messages)] = (messages, _Binding(tools=tools))
+
+    def sampled(self, messages: list[Message]) -> list[list[int]]:
+        return self._binding(messages).sampled
+
+    def tools_for(self, messages: list[Message]) -> list[dict[str, Any]] | None:
+        return self._binding(messages).tools
+
+    def clear(self) -> None:
+        self._bindings.clear()
+
+    def _binding(self, messages: list[Message]) -> _Binding:
+        entry = self._bindings.get(id(messages))
+        if entry is None or entry[0] is not messages:
+            raise LLMError("RolloutPolicy got a transcript that was not bound; call bind(messages, tools) first")
+        return entry[1]
+
+    def context(self, messages: list[Message]) -> list[int]:
+        binding = self._binding(messages)
+        return self.encoder.encode(messages, binding.tools, sampled=binding.sampled, generation_prompt=True).ids
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
+        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
+
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
+                   seed=None) -> list[Completion]:
+        import torch
+        from transformers import StoppingCriteriaList
+
+        from toolorchestra.llm.local import StopAfterText
+
+        if not batch:
+            return []
+        row_tools = tools_per_row if tools_per_row is not None else [tools] * len(batch)
+        if len(row_tools) != len(batch):
+            raise ValueError("tools_per_row needs one entry per chat")
+        for messages, specs in zip(batch, row_tools, strict=True):
+            binding = self._binding(messages)
+            if binding.tools is None and specs:
+                binding.tools = specs
+        contexts = [self.context(m) for m in batch]
+        width = max(len(c) for c in contexts)
+        device = next(self.lm.parameters()).device
+        input_ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(contexts), width), dtype=torch.long)
+        for row, ctx in enumerate(contexts):  # left padding, as generation needs
+            input_ids[row, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
+            attention[row, width - len(ctx):] = 1
+        sampling: dict[str, Any] = {"do_sample": False}
+        if temperature > 0:
+            sampling = {"do_sample": True, "temperature": temperature, "top_p": self.top_p, "top_k": 0}
+        was_training = self.lm.training
+        started = time.perf_counter()
+        try:
+            with self._lock, torch.no_grad():
+                self.lm.eval()
+                if seed is not None:
+                    torch.manual_seed(seed)
+                out = self.lm.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                    max_new_tokens=max_tokens, eos_token_id=[self.encoder.eos_id], pad_token_id=self.pad_id,
+                    stopping_criteria=StoppingCriteriaList([StopAfterText(self.tokenizer, CLOSE, width)]),
+                    use_cache=True, **sampling,
+                )
+        except RuntimeError as exc:
+            raise LLMError(f"rollout generation failed: {exc}") from exc
+        finally:
+            if was_training:
+                self.lm.train()
+        elapsed = time.perf_counter() - started
+        rows = [self._cut(out[row, width:].tolist()) for row in range(len(contexts))]
+        longest = max((len(r[0]) for r in rows), default=1) or 1
+        completions = []
+        for messages, ctx, (new, finish) in zip(batch, contexts, rows, strict=True):
+            self._binding(messages).sampled.append(new)
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            completions.append(Completion(
+                text=text.strip(), model=self.model, finish_reason=finish,
+                usage=Usage(prompt_tokens=len(ctx), completion_tokens=len(new)),
+                # One batched generate serves every row: a row is charged the share of the wall
+                # time its own tokens took, so a shorter reply is a faster one.
+                latency_s=elapsed * len(new) / longest,
+            ))
+        return completions
+
+    def _cut(self, new: list[int]) -> tuple[list[int], str]:
+        """The ids this row actually sampled: through its eos, or through the `</tool_call>` that
+        stopped it (generate pads finished rows with the pad id, which is also the eos id here)."""
+        eos = self.encoder.eos_id
+        stop = new.index(eos) if eos in new else len(new)
+        if CLOSE in self.tokenizer.decode(new[:stop], skip_special_tokens=True):
+            for length in range(1, stop + 1):
+                if CLOSE in self.tokenizer.decode(new[:length], skip_special_tokens=True):
+                    return new[:length], "stop"
+        if stop < len(new):
+            return new[: stop + 1], "stop"
+        return new, "length"

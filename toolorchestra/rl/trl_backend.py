@@ -1,0 +1,240 @@
+"""The TRL backend: TRL's GRPOTrainer driving the project's multi-turn environment.
+
+Why `rollout_func` and not TRL's own tool loop (`tools` / `environment_factory`): an episode here
+is the project's agent loop (per-episode database state, catalog tools priced per instance, LLM
+experts, an `answer` tool that ends the episode) scored by the project's scorer, and the reward
+needs the whole trajectory. TRL's loop only calls plain Python functions and parses with a
+response schema. So the phases are:
+
+1. **rollout** (`OrchestraRollouts`, TRL's `rollout_func`): TRL hands over the step's prompts,
+   already repeated `num_generations` times; each names its instance (`instance_id` on the user
+   message). The environment runs every episode in lockstep with the policy being trained
+   (`RolloutPolicy`), and each transcript is encoded token-exactly: `prompt_ids`, `completion_ids`
+   (every later turn, observations included) and `env_mask` (1 on sampled tokens, 0 on tool
+   observations and template text: TRL multiplies it into the loss mask, so observations carry no
+   gradient). Logprobs are not returned: TRL recomputes them with the same model.
+2. **score** (`OrchestraAdvantage`, TRL's `reward_funcs`): per group, the rollouts that are valid
+   (well-formed and answered) go through `group_rewards` and then `group_advantages`, the one
+   reward contract (`toolorchestra.rl.reward`). The value handed to TRL is that advantage; an
+   invalid rollout gets `None` (TRL: no reward, left out of the group's baseline, advantage 0) and a
+   filtered group gets 0 everywhere.
+3. **advantage**: with `scale_rewards="none"` TRL computes `r - mean(r)` per group over the non-None
+   values. Our advantages are z-scores (mean 0 within the valid rollouts), so TRL's advantages are
+   exactly `group_advantages`, as long as no z-score was clipped: with `num_generations <= 10` a
+   z-score cannot exceed 3 (its bound is (n-1)/sqrt(n)), so with the default clip of 3 the
+   equality is exact; beyond that a clipped group is re-centred by TRL.
+4. **update**: TRL's loss (`loss_type`, PPO-style clipping with `epsilon` / `epsilon_high`, optional
+   KL with `beta`) and optimiser, unchanged.
+
+The real reward statistics (the advantage is what TRL sees as "reward") are logged through TRL's
+`log_metric` under `orchestra/...`: reward mean/std, accuracy, format-valid and answered rates,
+mean cost and latency, calls per tool, the share of groups filtered and of groups with zero
+reward spread. Runs on one process (CPU, or one CUDA GPU in bf16); a group must not be split across
+processes, which a single process guarantees.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.rl.config import GRPOSettings
+from toolorchestra.rl.episodes import RolloutEnvironment, Rollout
+from toolorchestra.rl.instances import TrainInstance
+from toolorchestra.rl.reward import group_advantages, group_rewards
+from toolorchestra.rl.transcript import RolloutPolicy
+
+INSTANCE_KEY = "instance_id"
+
+
+def prompt_row(instance: TrainInstance) -> dict[str, Any]:
+    """A dataset row: the instance's conversational prompt, tagged with its id."""
+    system, *rest = [dict(m) for m in instance.prompt]
+    rest[-1][INSTANCE_KEY] = instance.id
+    system[INSTANCE_KEY] = None  # every message has the same keys (one Arrow struct type)
+    for message in rest[:-1]:
+        message[INSTANCE_KEY] = None
+    return {"prompt": [system, *rest], INSTANCE_KEY: instance.id}
+
+
+class OrchestraRollouts:
+    """TRL `rollout_func`: run the episodes and return token-exact completions with `env_mask`."""
+
+    def __init__(self, env: RolloutEnvironment, instances: list[TrainInstance], tokenizer: Any,
+                 *, max_completion_length: int, temperature: float) -> None:
+        self.env, self.tokenizer = env, tokenizer
+        self.by_id = {i.id: i for i in instances}
+        self.max_completion_length, self.temperature = max_completion_length, temperature
+        self.policy_factory: Callable[..., RolloutPolicy] = RolloutPolicy
+        self.last: list[Rollout] = []
+
+    def __call__(self, prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
+        try:
+            instances = [self.by_id[p[-1][INSTANCE_KEY]] for p in prompts]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ConfigError(None, f"a prompt does not name a known instance ({exc}); build the dataset "
+                              "with prompt_row()", key=INSTANCE_KEY) from None
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        policy = self.policy_factory(model, self.tokenizer, name="policy")
+        rollouts = self.env.run(policy, instances, temperature=self.temperature)
+        prompt_ids, completion_ids, env_mask = [], [], []
+        for rollout in rollouts:
+            messages = rollout.trajectory.messages
+            encoded = policy.encoder.encode(messages, rollout.tools, sampled=policy.sampled(messages))
+            ids = encoded.completion_ids[: self.max_completion_length]
+            mask = encoded.completion_mask[: self.max_completion_length]
+            if not ids:  # the policy failed before its first turn: one masked eos keeps shapes valid
+                ids, mask = [policy.encoder.eos_id], [0]
+            prompt_ids.append(encoded.prompt_ids)
+            completion_ids.append(ids)
+            env_mask.append(mask)
+        policy.clear()
+        self.last = rollouts
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
+                "env_mask": env_mask, "rollout": rollouts}
+
+
+class OrchestraAdvantage:
+    """TRL reward function: the reward contract's advantages per group (see the module docstring)."""
+
+    __name__ = "orchestra"
+
+    def __init__(self, env: RolloutEnvironment, num_generations: int, *, clip: float = 3.0,
+                 min_std: float = 0.1) -> None:
+        self.env, self.num_generations, self.clip, self.min_std = env, num_generations, clip, min_std
+        self.last_rewards: list[float | None] = []
+        self.last_stats: dict[str, float] = {}
+
+    def __call__(self, prompts: list[Any], completions: list[Any], rollout: list[Rollout],
+                 log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float | None]:
+        n, size = len(rollout), self.num_generations
+        if n % size:
+            raise ValueError(f"{n} rollouts do not form groups of {size}")
+        advantages: list[float | None] = [None] * n
+        rewards: list[float | None] = [None] * n
+        filtered = zero_spread = 0
+        for start in range(0, n, size):
+            group = rollout[start:start + size]
+            if len({r.instance.id for r in group}) != 1:
+                raise ValueError("a GRPO group mixes instances; rollouts must arrive grouped by prompt")
+            keep = [i for i, r in enumerate(group) if r.valid]
+            values = group_rewards([group[i].metrics() for i in keep], [group[i].correct for i in keep],
+                                   self.env.preference(group[0].instance)) if keep else []
+            adv = group_advantages(values, clip=self.clip, min_std=self.min_std) if keep else None
+            if adv is None:
+                filtered += 1
+            if not values or max(values) == min(values):
+                zero_spread += 1
+            for j, i in enumerate(keep):
+                rewards[start + i] = values[j]
+                advantages[start + i] = adv[j] if adv is not None else 0.0
+        self.last_rewards = rewards
+        self.last_stats = batch_stats(rollout, rewards, groups=n // size, filtered=filtered, zero_spread=zero_spread)
+        if log_metric is not None:
+            for key, value in self.last_stats.items():
+                log_metric(f"orchestra/{key}", value)
+        return advantages
+
+
+def batch_stats(rollouts: list[Rollout], rewards: list[float | None], *, groups: int, filtered: int,
+                zero_spread: int) -> dict[str, float]:
+    """The step's orchestrator metrics (rewards over valid rollouts, rates over all)."""
+    n = len(rollouts)
+    scored = [r for r in rewards if r is not None]
+    stats = {
+        "reward_mean": statistics.fmean(scored) if scored else 0.0,
+        "reward_std": statistics.pstdev(scored) if len(scored) > 1 else 0.0,
+        "accuracy": sum(r.correct for r in rollouts) / n,
+        "format_valid_rate": sum(r.format_valid for r in rollouts) / n,
+        "answered_rate": sum(r.answered for r in rollouts) / n,
+        "valid_rate": sum(r.valid for r in rollouts) / n,
+        "cost_mean": statistics.fmean(r.trajectory.cost_usd for r in rollouts),
+        "latency_mean": statistics.fmean(r.trajectory.latency_s for r in rollouts),
+        "turns_mean": statistics.fmean(len(r.trajectory.turns) for r in rollouts),
+        "groups_filtered": filtered / groups,
+        "frac_reward_zero_std": zero_spread / groups,
+    }
+    calls: Counter[str] = Counter()
+    for rollout in rollouts:
+        catalog = set(rollout.instance.catalog_tools)
+        for tool, count in rollout.trajectory.tool_calls.items():
+            calls[tool if tool in catalog else "domain"] += count
+    for tool, count in sorted(calls.items()):
+        stats[f"calls/{tool}"] = count / n
+    return {k: v for k, v in stats.items() if math.isfinite(v)}
+
+
+def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: int, max_steps: int) -> Any:
+    from trl import GRPOConfig
+
+    batch = settings.num_generations * settings.prompts_per_step
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=settings.num_generations,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",
+        beta=settings.beta,
+        epsilon=settings.epsilon,
+        epsilon_high=settings.epsilon_high,
+        loss_type=settings.loss_type,
+        scale_rewards="none",  # our advantages are already z-scores: see the module docstring
+        temperature=settings.temperature,
+        max_completion_length=settings.max_completion_length,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=1,
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=use_cpu,
+        bf16=not use_cpu,
+        seed=seed,
+        remove_unused_columns=False,
+        shuffle_dataset=True,
+        model_init_kwargs={"dtype": "float32" if use_cpu else "bfloat16"},
+        dataloader_num_workers=0,
+    )
+
+
+def build_grpo_trainer(
+    model_path: str | Path,
+    tokenizer: Any,
+    env: RolloutEnvironment,
+    instances: list[TrainInstance],
+    settings: GRPOSettings,
+    output_dir: Path,
+    *,
+    use_cpu: bool,
+    seed: int = 0,
+    max_steps: int | None = None,
+    callbacks: list[Any] | None = None,
+) -> Any:
+    """A GRPOTrainer over `instances`. The model is loaded from `model_path`, and so is the frozen
+    reference model when `beta > 0` (so a warm-started model is its own reference)."""
+    import os
+
+    import datasets
+    from trl import GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if not instances:
+        raise ConfigError(None, "no training instances", key="data")
+    dataset = datasets.Dataset.from_list([prompt_row(i) for i in instances])
+    rollouts = OrchestraRollouts(env, instances, tokenizer, max_completion_length=settings.max_completion_length,
+                                 temperature=settings.temperature)
+    reward = OrchestraAdvantage(env, settings.num_generations, clip=settings.clip_advantage,
+                                min_std=settings.min_std)
+    args = grpo_args(settings, output_dir, use_cpu=use_cpu, seed=seed, max_steps=max_steps or settings.steps)
+    trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, rollout_func=rollouts, callbacks=callbacks)
+    trainer.orchestra_rollouts, trainer.orchestra_reward = rollouts, reward
+    return trainer
