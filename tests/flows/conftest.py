@@ -15,11 +15,6 @@ TINY = {
     "synthesize": {"domains": ["library"], "db_size": 12, "tasks_per_domain": 6, "qa_per_domain": 4},
     "describe": {"measure": {"samples_per_category": 1, "categories": ["qa_numeric", "qa_lookup"],
                              "max_turns": 2, "max_tokens": 32, "max_workers": 1}},
-    "train": {"data": {"max_instances": 4, "max_actions": 2},
-              "sft": {"enabled": True, "steps": 1, "batch_size": 2},
-              "grpo": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "max_completion_length": 64}},
-    "evaluate": {"methods": {"experts": [], "random_router": True, "prompted": False},
-                 "episode": {"max_turns": 2, "max_tokens": 32}},
 }
 
 
