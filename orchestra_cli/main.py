@@ -7,8 +7,6 @@ imported inside the commands so `orchestra --help` stays fast. Errors derived fr
 
 from __future__ import annotations
 
-import sys
-
 import typer
 from rich.console import Console
 
@@ -50,6 +48,3 @@ def main(argv: list[str] | None = None) -> int:
         raise
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

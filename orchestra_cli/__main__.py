@@ -1,0 +1,7 @@
+"""`python -m orchestra_cli`: the same as the `orchestra` command."""
+
+import sys
+
+from orchestra_cli.main import main
+
+sys.exit(main())
