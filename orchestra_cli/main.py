@@ -30,7 +30,10 @@ def _register_commands() -> None:
 def main(argv: list[str] | None = None) -> int:
     _register_commands()
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns a command's `typer.Exit` code instead of exiting.
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int):
+            return code
     except OrchestraError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 2
