@@ -1,7 +1,7 @@
 """Evaluation throughput: tasks per second with a local model, serial vs concurrent.
 
     python benchmarks/bench_eval.py [--tasks 8] [--max-turns 2] [--max-tokens 48] [--device auto]
-                                    [--expert-latency 0.0] [--model FOLDER]
+                                    [--expert local|instant] [--expert-latency 0.0] [--model FOLDER]
 
 The evaluation runner (`toolorchestra.evaluation.runner.evaluate`) runs two methods on held-out
 tasks of a freshly synthesized `library` domain (half QA, half tool use) with the `answer` expert
@@ -50,6 +50,17 @@ class RemoteLike(LLM):
         return reply.model_copy(update={"latency_s": reply.latency_s + self.latency_s})
 
 
+class Instant(LLM):
+    """An expert that replies at once (isolates the cost of waiting from local compute)."""
+
+    model = "instant"
+
+    def chat(self, messages, **kwargs) -> Completion:
+        from toolorchestra.llm.base import Usage
+
+        return Completion(text="42", usage=Usage(prompt_tokens=200, completion_tokens=2), model=self.model)
+
+
 def synthesize(root: Path, tasks: int) -> Path:
     from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
     from toolorchestra.synthesis.domains import load_embedded
@@ -71,6 +82,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")
     parser.add_argument("--model", default=None, help="policy model folder (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--expert", choices=["local", "instant"], default="local",
+                        help="the answer expert: the local model, or an instant reply (with --expert-latency: a "
+                             "remote endpoint's wait without local compute)")
     args = parser.parse_args()
 
     import torch
@@ -87,7 +101,8 @@ def main() -> None:
     settings = Settings(workspace=repo)  # the repo's model cache: SmolLM2 is converted once
     catalog = load_embedded_catalog().subset(["answer", "code_interpreter"])
     policy = build_llm(LocalLLMConfig(model=args.model or "smollm2-135m-instruct", device=args.device), settings)
-    expert = policy if args.expert_latency <= 0 else RemoteLike(policy, args.expert_latency)
+    base_expert = policy if args.expert == "local" else Instant()
+    expert = base_expert if args.expert_latency <= 0 else RemoteLike(base_expert, args.expert_latency)
     with tempfile.TemporaryDirectory() as tmp:
         root = synthesize(Path(tmp), args.tasks)
         half = args.tasks // 2
@@ -101,7 +116,7 @@ def main() -> None:
         cpu = platform.processor() or platform.machine()
         print(f"device: {policy.device}, torch threads: {torch.get_num_threads()}, {cpu}")
         print(f"{n} tasks ({', '.join(f'{b.name}: {len(b.items)}' for b in benches)}), max_turns={args.max_turns}, "
-              f"max_tokens={args.max_tokens}, expert latency {args.expert_latency}s")
+              f"max_tokens={args.max_tokens}, expert {args.expert} + {args.expert_latency}s latency")
         evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=lambda a: expert,  # warm-up
                  config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
         for method in methods:

@@ -113,7 +113,9 @@ def promote(
         return
     # As in the flow, the stage runs in its own process as a child run of the flow-level run.
     with flow_run(settings, "promote"):
-        proc = subprocess.run([sys.executable, "-m", "orchestra_cli.main", "stage", "promote", "--params", str(params)],
+        # `python -m orchestra_cli.main` would get a second, empty `app`: call main() of the package's module.
+        entry = "import sys; from orchestra_cli.main import main; sys.exit(main())"
+        proc = subprocess.run([sys.executable, "-c", entry, "stage", "promote", "--params", str(params)],
                               cwd=settings.workspace, check=False)
     if proc.returncode != 0:
         raise typer.Exit(proc.returncode)

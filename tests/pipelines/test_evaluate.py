@@ -110,14 +110,16 @@ def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspac
     for key in [k for k in __import__("os").environ if k.startswith("ORCHESTRA_")]:
         monkeypatch.delenv(key)
     write_params(workspace, {})
-    before = (workspace / "reports" / "eval" / "metrics.json").read_bytes() if (workspace / "reports" / "eval").exists() else b""
-    result = CliRunner().invoke(app, ["evaluate", "--bench", "qa", "--model", str(workspace / "models" / "orchestrator"),
+    pipeline_report = workspace / "reports" / "eval" / "metrics.json"
+    before = pipeline_report.read_bytes() if pipeline_report.exists() else b""
+    model = str(workspace / "models" / "orchestrator")
+    result = CliRunner().invoke(app, ["evaluate", "--bench", "qa", "--model", model,
                                       "--params", str(workspace / "params.yaml")])
     assert result.exit_code == 0, result.output
     assert "| trained (candidate) |" in result.output
     ad_hoc = json.loads((workspace / ".orchestra" / "cli" / "evaluate" / "metrics.json").read_text())
     assert [b["name"] for b in ad_hoc["benchmarks"]] == ["qa"]
-    after = (workspace / "reports" / "eval" / "metrics.json").read_bytes() if before else b""
+    after = pipeline_report.read_bytes() if before else b""
     assert after == before  # the pipeline's report is untouched
     import mlflow
 

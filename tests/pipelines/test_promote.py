@@ -140,7 +140,8 @@ def test_gate_refusals_are_registered_as_challenger_with_reasons(workspace, tiny
     write_report(workspace, trained=(0.5, 0.002), champion=(0.6, 0.004), champion_version="1")
     less_accurate = promote(workspace)
     assert less_accurate["decision"] == "rejected" and less_accurate["version"] == "2"
-    assert str(version_of(workspace, "champion").version) == "1" and str(version_of(workspace, "challenger").version) == "2"
+    assert str(version_of(workspace, "champion").version) == "1"
+    assert str(version_of(workspace, "challenger").version) == "2"
     tags = client_for(settings_of(workspace)).get_model_version(PROMOTE["registered_model"], "2").tags
     assert tags["orchestra.gate.decision"] == "rejected"
     assert "failed: accuracy 0.500 vs champion 0.600" in tags["orchestra.gate.reasons"]

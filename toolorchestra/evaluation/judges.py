@@ -49,6 +49,7 @@ JUDGE_PROMPT = (
     "Reply with one word: yes (the response is correct) or no."
 )
 _PUNCT = ".,;:!?\"'`)( "
+_FIELD = re.compile(r"\bcorrect\s*:\s*(yes|no)\b", re.I)
 _VERDICT = re.compile(r"\b(yes|no|correct|incorrect)\b", re.I)
 
 
@@ -86,7 +87,11 @@ def rule_method(gold: Any) -> Literal["numeric", "exact"]:
 
 
 def parse_verdict(text: str) -> bool | None:
-    """The first yes/no (or correct/incorrect) word of a judge's reply; None if there is none."""
+    """The judge's verdict: HLE's `correct: yes|no` field when present, else the first yes/no (or
+    correct/incorrect) word; None if there is none."""
+    field = _FIELD.search(text or "")
+    if field is not None:
+        return field.group(1).lower() == "yes"
     match = _VERDICT.search(text or "")
     if match is None:
         return None

@@ -33,7 +33,7 @@ def test_rule_judges(pred, gold, exact, numeric):
 
 @pytest.mark.parametrize(("reply", "verdict"), [
     ("yes", True), ("Yes.", True), ("correct", True), ("No, it differs", False), ("Incorrect.", False),
-    ("I am not sure", None), ("", None),
+    ("I am not sure", None), ("", None), ("extracted_final_answer: 4\ncorrect: no", False), ("Correct: YES", True),
 ])
 def test_parse_verdict(reply, verdict):
     assert parse_verdict(reply) is verdict

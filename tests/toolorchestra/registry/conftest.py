@@ -16,7 +16,8 @@ def mlflow_settings_in(root: Path):
     from toolorchestra.core.settings import Settings
 
     return Settings(workspace=root, state_dir=root / ".orchestra",
-                    mlflow={"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "artifact_root": (root / "artifacts").as_uri()})
+                    mlflow={"tracking_uri": f"sqlite:///{root / 'mlflow.db'}",
+                            "artifact_root": (root / "artifacts").as_uri()})
 
 
 @pytest.fixture

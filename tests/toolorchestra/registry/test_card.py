@@ -6,7 +6,8 @@ from toolorchestra.registry.card import data_versions, model_card
 from toolorchestra.registry.gate import GateConfig, Scores, decide
 
 LOCK = {"schema": "2.0", "stages": {
-    "validate": {"cmd": "orchestra stage validate", "outs": [{"path": "data/validated", "md5": "abc.dir", "nfiles": 7}]},
+    "validate": {"cmd": "orchestra stage validate",
+                 "outs": [{"path": "data/validated", "md5": "abc.dir", "nfiles": 7}]},
     "train": {"cmd": "orchestra stage train", "params": {"params.yaml": {"train.grpo.steps": 3, "base.seed": 0}},
               "outs": [{"path": "models/orchestrator", "md5": "def.dir", "nfiles": 9}]},
 }}
@@ -20,7 +21,8 @@ def metrics(acc, cost, adherence=None):
 REPORT = {
     "fingerprint": "f00", "benchmarks": [{"name": "qa", "kind": "qa", "tasks": 20, "notes": ["2 tasks skipped"]}],
     "labels": {"expert:big": ["strongest", "cheapest"]}, "judge": {"model": None}, "train_set_known": True,
-    "summary": {"trained": metrics(0.55, 0.002, 0.75), "champion": metrics(0.5, 0.004), "expert:big": metrics(0.6, 0.01)},
+    "summary": {"trained": metrics(0.55, 0.002, 0.75), "champion": metrics(0.5, 0.004),
+                "expert:big": metrics(0.6, 0.01)},
 }
 
 
@@ -28,11 +30,13 @@ def test_card_has_every_section():
     decision = decide(Scores(accuracy=0.55, cost_mean=0.002, n=20), Scores(accuracy=0.5, cost_mean=0.004, n=20),
                       GateConfig(accuracy_tolerance=0.01))
     card = model_card(name="orchestrator", version="3", run_id="r1", manifest={
-        "base_model": "smollm2-135m-instruct", "backend": "trl", "steps": {"sft": 4, "grpo": 3}, "policy_alias": "smollm2",
-        "weights_sha256": "beef"}, decision=decision, gate=GateConfig(accuracy_tolerance=0.01), report=REPORT,
+        "base_model": "smollm2-135m-instruct", "backend": "trl", "steps": {"sft": 4, "grpo": 3},
+        "policy_alias": "smollm2", "weights_sha256": "beef"}, decision=decision,
+        gate=GateConfig(accuracy_tolerance=0.01), report=REPORT,
         candidate="trained", champion={"method": "champion", "version": "2"}, lock=LOCK, extra_limits=["custom limit"])
     assert "Gate decision: **promoted to champion**" in card and "passed: accuracy 0.550 vs champion 0.500" in card
-    assert "| train | `models/orchestrator` | `def.dir` |" in card and "| validate | `data/validated` | `abc.dir` |" in card
+    assert "| train | `models/orchestrator` | `def.dir` |" in card
+    assert "| validate | `data/validated` | `abc.dir` |" in card
     assert '"train.grpo.steps": 3' in card and "accuracy_tolerance=0.01" in card
     assert "| trained **candidate** | 55.0% | $0.002 | 1.50s | 75.0% |" in card
     assert "| expert:big (strongest, cheapest) | 60.0% |" in card

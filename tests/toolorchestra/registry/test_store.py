@@ -56,7 +56,8 @@ def test_decision_is_recorded_on_the_version(registered):
                           tags={"orchestra.gate.decision": "rejected", "orchestra.gate.reasons": "failed: accuracy"},
                           card="# card\n" + "x" * 6000)
     got = client.get_model_version("orchestrator", version.version)
-    assert got.tags["orchestra.gate.decision"] == "rejected" and got.tags["orchestra.gate.reasons"] == "failed: accuracy"
+    assert got.tags["orchestra.gate.decision"] == "rejected"
+    assert got.tags["orchestra.gate.reasons"] == "failed: accuracy"
     assert got.description.startswith("# card") and len(got.description) <= store.MAX_DESCRIPTION
     assert "full card is the run artifact" in got.description
 
