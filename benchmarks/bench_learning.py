@@ -18,6 +18,12 @@ catalog prices). The
 reward is the project's contract; because it is normalised within a group, each held-out task's
 group is its before and after rollouts together, so the two policies are scored on one scale (a
 task both solve, or neither, scores 0 for both).
+
+Measured with the defaults (8 held-out tasks; SFT 10 x 2 examples; GRPO 2 steps x 4 rollouts) on
+two CPU cores shared with other jobs (load average 5-9): format-valid 1.00 -> 0.75, tool-call rate
+0.00 -> 1.00, success 0.00 -> 0.25, mean reward 0.00 -> 0.25, mean cost 1.3e-5 -> 4.6e-5 USD (the
+trained policy works through tool calls instead of one short reply); 47 min wall, of which
+training 30 min, slowed by the other jobs (the same SFT step ran 1-3x slower as the load varied).
 """
 
 from __future__ import annotations

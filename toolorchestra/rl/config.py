@@ -40,9 +40,9 @@ class SFTSettings(BaseModel):
     model_config = _STRICT
 
     enabled: bool = True
-    steps: int = Field(4, ge=1)
-    batch_size: int = Field(4, ge=1)
-    learning_rate: float = Field(5e-5, gt=0)
+    steps: int = Field(6, ge=1)
+    batch_size: int = Field(2, ge=1)
+    learning_rate: float = Field(1e-4, gt=0)
     max_length: int = Field(2048, ge=64, description="tokens per example; longer examples are dropped")
     max_examples: int | None = Field(64, ge=1)
 

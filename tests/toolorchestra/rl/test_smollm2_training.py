@@ -8,15 +8,15 @@ from toolorchestra.rl.config import TrainConfig
 from toolorchestra.rl.instances import DomainLocator
 from toolorchestra.rl.train import train_trl
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # ~5-15 min on two shared cores
 
 
 def test_warm_start_and_grpo_on_the_real_model(smollm2_dir, splits, answer_catalog, settings, rl_tasks, expert, tmp_path):
     config = TrainConfig.model_validate({
         "base_model": str(smollm2_dir), "device": "cpu", "seed": 0,
-        "data": {"kinds": ["tool_use"], "max_instances": 4},
+        "data": {"kinds": ["tool_use"], "max_instances": 2},
         "episode": {"max_turns": 2, "max_tokens": 40, "max_domain_tools": 2, "max_observation_chars": 300},
-        "sft": {"steps": 3, "batch_size": 2, "learning_rate": 1e-4, "max_examples": 6},
+        "sft": {"steps": 3, "batch_size": 2, "learning_rate": 1e-4, "max_examples": 4},
         "grpo": {"steps": 1, "num_generations": 2, "max_completion_length": 512},
     })
     result = train_trl(config, splits["train"], catalog=answer_catalog, settings=settings,

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from toolorchestra.core.errors import ConfigError, OrchestraError
+from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.fs import atomic_write_text
 from toolorchestra.core.settings import Settings
 from toolorchestra.rl.config import TrainConfig
@@ -123,9 +123,3 @@ def train_verl(config: TrainConfig, instances: list[TrainInstance], *, catalog: 
                                            "verl_checkpoint": str(actor)})
     return {"instances": float(len(instances)), "verl/steps": float(actor.parent.name.split("_")[-1])}
 
-
-def ensure_verl_available() -> None:
-    try:
-        import verl  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - verl is a dependency
-        raise ConfigError(None, f"verl is not installed: {exc}", key="train.backend") from None

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import json
 from typing import Any
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from toolorchestra.llm.hermes import format_tool_call
@@ -45,10 +46,6 @@ def loop_factory(tiny_llm, rl_tasks, answer_catalog, settings, expert, tmp_path,
     from toolorchestra.rl.verl import episode as episode_module
     from toolorchestra.rl.verl.agent_loop import OrchestraAgentLoop
     from toolorchestra.rl.verl.data import collect_specs, tool_config
-
-    import json
-
-    import yaml
 
     catalog_file = tmp_path / "catalog.json"
     catalog_file.write_text(json.dumps(catalog_dict(answer_catalog, tmp_path)))
