@@ -12,7 +12,9 @@ TABLES = {"filter": "filter-statistics", "eval": "evaluation-metrics"}
 
 
 def mlflow_run_link(settings: Settings, run_id: str) -> str:
-    return f"`{run_id}` (experiment `{settings.mlflow.experiment}`, tracking `{settings.tracking_uri}`)"
+    from toolorchestra.core.services import redact_url  # a tracking URI may carry a password
+
+    return f"`{run_id}` (experiment `{settings.mlflow.experiment}`, tracking `{redact_url(settings.tracking_uri)}`)"
 
 
 def publish_summary(flow: str, outcomes: list[StageOutcome], parent_run_id: str, settings: Settings) -> None:
@@ -41,3 +43,19 @@ def publish_summary(flow: str, outcomes: list[StageOutcome], parent_run_id: str,
         ]
         if rows:
             create_table_artifact(table=rows, key=key, description=f"{flow}: {key}")
+    publish_stage_reports(outcomes, settings)
+
+
+def publish_stage_reports(outcomes: list[StageOutcome], settings: Settings) -> None:
+    """The evaluation report (method x benchmark table + Pareto plot) and the promotion model card,
+    as Prefect markdown artifacts, when those stages ran in this flow run."""
+    from pipelines.evaluate import report_markdown
+    from pipelines.promote import card_markdown
+
+    ran = {o.stage for o in outcomes if o.ran}
+    if "evaluate" in ran and (text := report_markdown(settings.workspace)):
+        create_markdown_artifact(markdown=text, key="evaluation-report",
+                                 description="orchestrator vs baselines: accuracy, cost, latency")
+    if "promote" in ran and (text := card_markdown(settings.workspace)):
+        create_markdown_artifact(markdown=text, key="promotion-decision",
+                                 description="the gate's decision and the model card")

@@ -74,6 +74,15 @@ def _mlflow_checks(settings, timeout: float) -> list[Callable[[], Check]]:  # no
             "create the bucket, give this machine AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or a role), "
             "and set ORCHESTRA_MLFLOW__S3_ENDPOINT_URL for an S3-compatible store",
         ))
+    elif root is None and uri.startswith(("http://", "https://")):
+        from toolorchestra.core.services import mlflow_artifacts_reachability
+
+        checks.append(_probe(
+            "mlflow artifacts", "the tracking server's artifact store",
+            lambda: mlflow_artifacts_reachability(uri, timeout),
+            "start the server with --artifacts-destination s3://BUCKET/PREFIX (and S3 credentials), or set "
+            "ORCHESTRA_MLFLOW__ARTIFACT_ROOT=s3://BUCKET/PREFIX for clients writing to S3 themselves",
+        ))
     elif root is None and settings.profile == "cluster":
         checks.append(_fixed(Check(
             "mlflow artifacts", settings.artifact_root, "misconfigured",

@@ -30,8 +30,11 @@ STATUS_DIR = Path(".orchestra") / "stage-status"
 
 class StageFailed(OrchestraError):
     def __init__(self, stage: str, kind: str, message: str) -> None:
-        self.stage, self.kind = stage, kind
+        self.stage, self.kind, self.message = stage, kind, message
         super().__init__(f"stage {stage!r} failed ({kind}): {message}")
+
+    def __reduce__(self):  # noqa: ANN204 - pickle (Prefect, Ray) calls __init__ with these args
+        return (type(self), (self.stage, self.kind, self.message))
 
     @property
     def transient(self) -> bool:

@@ -171,6 +171,21 @@ def version_tags(params: Params, plan: Plan) -> dict[str, str]:
     }
 
 
+def card_markdown(workspace: Path, params_file: str = "params.yaml") -> str | None:
+    """The promotion's decision (one line) and model card, for a Prefect markdown artifact
+    published by the flow; None when the stage has not written them."""
+    from pipelines.runner import load_params_file
+
+    section = load_params_file(workspace / params_file).get("promote") or {}
+    folder = workspace / ((section.get("outs") or {}).get("card") or "reports/promote")
+    if not (folder / "model_card.md").is_file() or not (folder / "decision.json").is_file():
+        return None
+    decision = json.loads((folder / "decision.json").read_text(encoding="utf-8"))
+    head = (f"**Gate: {decision['decision']}** — {decision['registered_model']} version "
+            f"{decision['version'] or '(not registered)'}; " + ("; ".join(decision["reasons"]) or "no reasons recorded"))
+    return head + "\n\n" + (folder / "model_card.md").read_text(encoding="utf-8")
+
+
 def run(params: Params, paths: StagePaths, *, settings: Settings | None = None) -> dict[str, float]:
     import mlflow
 

@@ -34,12 +34,23 @@ def configure(settings: Settings) -> str:
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return mlflow.create_experiment(settings.mlflow.experiment, artifact_location=settings.artifact_root)
+        return mlflow.create_experiment(settings.mlflow.experiment, artifact_location=artifact_location(settings))
     except Exception:  # created concurrently by another process
         experiment = mlflow.get_experiment_by_name(settings.mlflow.experiment)
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+def artifact_location(settings: Settings) -> str | None:
+    """Where a new experiment keeps its artifacts: the configured root; else, with a tracking
+    server, None (the server's own artifact store, e.g. `--artifacts-destination s3://...`);
+    else the local default folder."""
+    if settings.mlflow.artifact_root:
+        return settings.mlflow.artifact_root
+    if settings.tracking_uri.startswith(("http://", "https://", "databricks")):
+        return None
+    return settings.artifact_root
 
 
 def git_commit(workspace: Path) -> tuple[str, bool]:

@@ -62,6 +62,31 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     assert info["flow_run"]["git_commit"] == git_commit(workspace)[0]
     assert "dvc pull" in info["fetch"]
 
+    # evaluate + promote: the report in MLflow and Prefect, a registered version with its aliases
+    import mlflow
+
+    evaluate_run = next(r for r in children if r.data.tags["orchestra.stage"] == "evaluate")
+    client = mlflow.MlflowClient()
+    logged = {a.path for a in client.list_artifacts(evaluate_run.info.run_id, "eval")}
+    assert {"eval/pareto.png", "eval/report.md", "eval/per_task.jsonl"} <= logged
+    assert "evaluation/table.json" in {a.path for a in client.list_artifacts(evaluate_run.info.run_id, "evaluation")}
+    challenger = client.get_model_version_by_alias("orchestrator", "challenger")
+    champion = client.get_model_version_by_alias("orchestrator", "champion")  # first promotion: no champion before
+    assert challenger.version == champion.version
+    assert champion.tags["orchestra.gate.decision"] == "promoted"
+    decision = json.loads((workspace / "reports/promote/decision.json").read_text())
+    assert decision["decision"] == "promoted" and decision["version"] == str(champion.version)
+    assert champion.description == (workspace / "reports/promote/model_card.md").read_text()
+    model_lineage = lineage("models:/orchestrator@champion", Settings(workspace=workspace))
+    assert model_lineage["flow_run"]["run_id"] == parent.info.run_id
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as prefect:
+        keys = {a.key for a in prefect.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["evaluation-report", "promotion-decision"])))}
+    assert keys == {"evaluation-report", "promotion-decision"}
+
     # the same through the CLI an auditor / stakeholder uses
     from typer.testing import CliRunner
 

@@ -25,3 +25,6 @@ class ConfigError(OrchestraError):
         if key:
             where = f"{where}: {key}"
         super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):  # noqa: ANN204 - pickle (Ray, Prefect, multiprocessing) calls __init__ with args
+        return (type(self), (self.file, self.reason, self.key))

@@ -92,6 +92,20 @@ def mlflow_reachability(tracking_uri: str, timeout_s: float = DEFAULT_TIMEOUT_S)
     return local_folder_reachability(path.parent if scheme == "sqlite" else path)
 
 
+def mlflow_artifacts_reachability(tracking_uri: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Reachability:
+    """A tracking server that proxies artifacts (`mlflow server --artifacts-destination s3://...`):
+    listing the root of its artifact store makes the server reach its bucket."""
+    url = tracking_uri.rstrip("/") + "/api/2.0/mlflow-artifacts/artifacts"
+    found, _ = http_reachability(url, timeout_s=timeout_s)
+    if found.ok:
+        return Reachability(True, f"{found.detail}: the server serves artifacts from its store")
+    if "HTTP 404" in found.detail:
+        return Reachability(False, f"{found.detail}: the server does not serve artifacts (--no-serve-artifacts)")
+    if "HTTP 5" in found.detail:
+        return Reachability(False, f"{found.detail}: the server cannot reach its artifact store")
+    return found
+
+
 def prefect_reachability(api_url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Reachability:
     found, body = http_reachability(api_url.rstrip("/") + "/health", timeout_s=timeout_s)
     if found.ok and body is not True:

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        # A settings file may carry other tools' variables too (infra/cluster.env: PREFECT_API_URL,
+        # MLFLOW_S3_ENDPOINT_URL, ...): only ORCHESTRA_* ones are read, and an unknown one is an error.
+        dotenv_filtering="match_prefix",
     )
 
     profile: str = Field("embedded", pattern="^(embedded|cluster)$")

@@ -178,10 +178,7 @@ def training_task_ids(dataset: str | Path | None) -> set[str] | None:
         return None
     from toolorchestra.rl.instances import load_instances
 
-    path = Path(dataset)
-    if path.is_dir() and (path / "hf").is_dir():
-        path = path / "hf"
-    return {i.task_id for i in load_instances(path, split="train")}
+    return {i.task_id for i in load_instances(dataset, split="train")}
 
 
 def heldout_pool(pool: TaskPool, *, train_ids: set[str] | None, fraction: float, seed: int) -> TaskPool:

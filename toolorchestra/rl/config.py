@@ -43,7 +43,7 @@ class SFTSettings(BaseModel):
     steps: int = Field(6, ge=1)
     batch_size: int = Field(2, ge=1)
     learning_rate: float = Field(1e-4, gt=0)
-    max_length: int = Field(2048, ge=64, description="tokens per example; longer examples are dropped")
+    max_length: int = Field(4096, ge=64, description="tokens per example; longer examples are dropped")
     max_examples: int | None = Field(64, ge=1)
 
 
@@ -123,6 +123,9 @@ class TrainConfig(BaseModel):
     init_from: str | None = Field(None, description="start from this checkpoint folder instead of base_model")
     seed: int = 0
     device: str = Field("auto", description="auto | cpu | cuda[:N]")
+    mixed_precision: Literal["auto", "bf16", "no"] = Field(
+        "auto", description="auto: bf16 on CUDA (bf16 weights) and on CPUs with native bf16 instructions "
+        "(fp32 weights, bf16 autocast: ~2.5x faster SFT steps on AVX512-BF16); no: fp32 everywhere")
     data: DataConfig = DataConfig()
     episode: EpisodeConfig = EpisodeConfig()
     sft: SFTSettings = SFTSettings()

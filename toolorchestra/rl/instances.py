@@ -131,10 +131,16 @@ def from_verl_row(row: Mapping[str, Any], *, source: str = "<row>") -> TrainInst
 
 
 def load_instances(path: str | Path, *, split: str = "train") -> list[TrainInstance]:
-    """Instances from a `datasets` folder (`split` of a DatasetDict), a parquet file, or JSONL rows."""
+    """Instances from a `datasets` folder (`split` of a DatasetDict), a parquet file, or JSONL rows.
+
+    The `preferences` stage's export folder (`data/datasets`: `hf/`, `verl/`, `manifest.json`) is
+    accepted as is and read from its `hf/` folder.
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigError(path, "training set not found (run the preferences stage first)")
+    if (path / "hf" / "dataset_dict.json").is_file():
+        path = path / "hf"
     rows: Iterable[Mapping[str, Any]]
     if path.is_dir():
         import datasets

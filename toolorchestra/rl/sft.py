@@ -61,6 +61,7 @@ def run_sft(
     *,
     seed: int = 0,
     use_cpu: bool = True,
+    bf16: bool | None = None,
     callbacks: list[Any] | None = None,
 ) -> dict[str, float]:
     """Train `model` in place on `examples`; returns the trainer's final metrics."""
@@ -81,7 +82,7 @@ def run_sft(
         report_to="none",
         disable_tqdm=True,
         use_cpu=use_cpu,
-        bf16=not use_cpu,
+        bf16=(not use_cpu) if bf16 is None else bf16,  # on CPU: autocast over fp32 weights
         seed=seed,
         dataloader_num_workers=0,
     )

@@ -10,7 +10,8 @@ call. Phases, each resumable:
 3. **export**: the final policy, tokenizer, chat template, catalog and manifest into the output
    folder (`checkpoint.save_checkpoint`); the work folder is then removed.
 
-The same code runs on CPU (float32) and on one CUDA GPU (bf16).
+The same code runs on CPU (fp32 weights; bf16 autocast where the CPU has bf16 instructions) and on
+one CUDA GPU (bf16); `mixed_precision` chooses.
 """
 
 from __future__ import annotations
@@ -87,6 +88,17 @@ def _device(config: TrainConfig) -> str:
     return resolve_device(config.device)
 
 
+def use_bf16(config: TrainConfig, device: str) -> bool:
+    """Whether this run computes in bf16 (`mixed_precision`; see TrainConfig)."""
+    if config.mixed_precision != "auto":
+        return config.mixed_precision == "bf16"
+    if device.startswith("cuda"):
+        return True
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
 def _load_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer
 
@@ -100,7 +112,7 @@ def _load_tokenizer(folder: Path) -> Any:
 
 
 def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[TrainInstance], start: Path,
-               work: Path, *, use_cpu: bool) -> tuple[Path, dict[str, float]]:
+               work: Path, *, use_cpu: bool, bf16: bool) -> tuple[Path, dict[str, float]]:
     """SFT on golden trajectories; returns the folder of the warm-started model (reused if done)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -118,11 +130,11 @@ def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Tra
         raise ConfigError(None, "the warm start found no golden trajectory to train on (no tool-use instance "
                           f"replays correctly within sft.max_length={config.sft.max_length}); include tool_use "
                           "instances, raise sft.max_length, or set sft.enabled: false", key="train.sft")
-    dtype = torch.float32 if use_cpu else torch.bfloat16
+    dtype = torch.float32 if use_cpu or not bf16 else torch.bfloat16  # on CPU bf16 means autocast
     model = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
     tracker = StepMetrics("sft/")
     metrics = run_sft(model, tokenizer, examples, config.sft, work / "sft" / "trainer", seed=config.seed,
-                      use_cpu=use_cpu, callbacks=[tracker])
+                      use_cpu=use_cpu, bf16=bf16, callbacks=[tracker])
     metrics["sft/examples"] = float(len(examples))
     losses = [row["loss"] for row in tracker.history if "loss" in row]
     if losses:
@@ -176,6 +188,7 @@ def train_trl(
     instances = select_instances(config, instances)
     device = _device(config)
     use_cpu = not device.startswith("cuda")
+    bf16 = use_bf16(config, device)
     base = resolve_model_folder(config.init_from or config.base_model, settings)
     env = RolloutEnvironment(catalog, settings, domains, config.episode, llm_for=llm_for)
     work = work_folder(config, instances, catalog, settings)
@@ -183,12 +196,12 @@ def train_trl(
     metrics: dict[str, float] = {"instances": float(len(instances))}
     start = base
     if config.sft.enabled:
-        start, sft_metrics = warm_start(config, env, instances, base, work, use_cpu=use_cpu)
+        start, sft_metrics = warm_start(config, env, instances, base, work, use_cpu=use_cpu, bf16=bf16)
         metrics.update(sft_metrics)
     tokenizer = _load_tokenizer(start)
     tracker = StepMetrics("grpo/")
     trainer = build_grpo_trainer(start, tokenizer, env, instances, config.grpo, work / "grpo", use_cpu=use_cpu,
-                                 seed=config.seed, callbacks=[tracker, *(callbacks or [])])
+                                 bf16=bf16, seed=config.seed, callbacks=[tracker, *(callbacks or [])])
     resume = last_checkpoint(work / "grpo") if config.resume else None
     resumed_step = checkpoint_step(resume) if resume is not None else None
     if resume is not None:

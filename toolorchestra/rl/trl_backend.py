@@ -81,7 +81,8 @@ class OrchestraRollouts:
                               "with prompt_row()", key=INSTANCE_KEY) from None
         model = trainer.accelerator.unwrap_model(trainer.model)
         policy = self.policy_factory(model, self.tokenizer, name="policy")
-        rollouts = self.env.run(policy, instances, temperature=self.temperature)
+        with trainer.accelerator.autocast():  # generation in the run's precision (bf16 autocast on CPU)
+            rollouts = self.env.run(policy, instances, temperature=self.temperature)
         prompt_ids, completion_ids, env_mask = [], [], []
         for rollout in rollouts:
             messages = rollout.trajectory.messages
@@ -169,7 +170,8 @@ def batch_stats(rollouts: list[Rollout], rewards: list[float | None], *, groups:
     return {k: v for k, v in stats.items() if math.isfinite(v)}
 
 
-def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: int, max_steps: int) -> Any:
+def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: int, max_steps: int,
+              bf16: bool | None = None) -> Any:
     from trl import GRPOConfig
 
     batch = settings.num_generations * settings.prompts_per_step
@@ -196,7 +198,7 @@ def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: 
         report_to="none",
         disable_tqdm=True,
         use_cpu=use_cpu,
-        bf16=not use_cpu,
+        bf16=(not use_cpu) if bf16 is None else bf16,  # on CPU: autocast over fp32 weights
         seed=seed,
         remove_unused_columns=False,
         shuffle_dataset=True,
@@ -214,6 +216,7 @@ def build_grpo_trainer(
     output_dir: Path,
     *,
     use_cpu: bool,
+    bf16: bool | None = None,
     seed: int = 0,
     max_steps: int | None = None,
     callbacks: list[Any] | None = None,
@@ -233,7 +236,8 @@ def build_grpo_trainer(
                                  temperature=settings.temperature)
     reward = OrchestraAdvantage(env, settings.num_generations, clip=settings.clip_advantage,
                                 min_std=settings.min_std)
-    args = grpo_args(settings, output_dir, use_cpu=use_cpu, seed=seed, max_steps=max_steps or settings.steps)
+    args = grpo_args(settings, output_dir, use_cpu=use_cpu, bf16=bf16, seed=seed,
+                     max_steps=max_steps or settings.steps)
     trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=callbacks)
     trainer.orchestra_rollouts, trainer.orchestra_reward = rollouts, reward

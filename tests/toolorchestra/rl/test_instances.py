@@ -41,6 +41,11 @@ def test_exports_load_back_as_the_assembled_instances(assembled, tmp_path):
         load_instances(folder, split="test")
 
 
+def test_the_preferences_stage_export_folder_loads_from_its_hf_folder(assembled, tmp_path):
+    write_hf_dataset(assembled, tmp_path / "datasets" / "hf")  # the stage's layout: hf/, verl/, manifest.json
+    assert [i.id for i in load_instances(tmp_path / "datasets")] == [from_assembled(i).id for i in assembled["train"]]
+
+
 def test_instance_views(assembled):
     tool_use = next(from_assembled(i) for i in assembled["train"] if i.task_kind == "tool_use")
     assert tool_use.required_tools and set(tool_use.required_tools) <= set(tool_use.domain_tools)

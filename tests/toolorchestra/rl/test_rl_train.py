@@ -11,7 +11,7 @@ from toolorchestra.core.errors import ConfigError
 from toolorchestra.rl.checkpoint import load_catalog_of, read_manifest
 from toolorchestra.rl.config import TrainConfig
 from toolorchestra.rl.instances import DomainLocator
-from toolorchestra.rl.train import select_instances, train_trl, work_folder
+from toolorchestra.rl.train import select_instances, train_trl, use_bf16, work_folder
 
 
 class Interrupt(TrainerCallback):
@@ -108,3 +108,19 @@ def test_config_rejects_sft_without_tool_use_and_bad_clips():
     with pytest.raises(ValueError, match="extra"):
         TrainConfig.model_validate({"grpo": {"stepz": 3}})
     assert json.loads(TrainConfig().model_dump_json())["grpo"]["num_generations"] == 4
+
+
+def test_mixed_precision_choice(tiny_dir, monkeypatch):
+    import torch
+
+    def precision(value):
+        return config(tiny_dir).model_copy(update={"mixed_precision": value})
+
+    assert use_bf16(precision("no"), "cuda:0") is False
+    assert use_bf16(precision("bf16"), "cpu") is True
+    assert use_bf16(precision("auto"), "cuda") is True
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert use_bf16(precision("auto"), "cpu") is False  # no native bf16: autocast would be slower
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert use_bf16(precision("auto"), "cpu") is True
