@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolorchestra.llm.base import LLM, Completion, Message, Usage
+from toolorchestra.llm.base import LLM, Completion, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.tools.catalog import Catalog, ExpertBackend
 
@@ -116,7 +116,7 @@ class RandomRouterPolicy(LLM):
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:
-        row_tools = tools_per_row if tools_per_row is not None else [tools] * len(batch)
+        row_tools = tools_by_row(batch, tools, tools_per_row)
         return [self._route(messages, specs or []) for messages, specs in zip(batch, row_tools, strict=True)]
 
     def _route(self, messages: list[Message], specs: list[dict[str, Any]]) -> Completion:

@@ -19,6 +19,16 @@ Message = dict[str, Any]
 """An OpenAI-style chat message."""
 
 
+def tools_by_row(batch: list[Any], tools: list[dict[str, Any]] | None,
+                 tools_per_row: list[list[dict[str, Any]] | None] | None) -> list[list[dict[str, Any]] | None]:
+    """Each chat's tool schemas for `LLM.chat_batch`: `tools_per_row`, else `tools` for every chat."""
+    if tools_per_row is None:
+        return [tools] * len(batch)
+    if len(tools_per_row) != len(batch):
+        raise ValueError("tools_per_row needs one entry per chat")
+    return list(tools_per_row)
+
+
 class LLMError(OrchestraError):
     """An LLM call failed after its retries (endpoint down, timeout, bad response)."""
 
@@ -91,10 +101,7 @@ class LLM(ABC):
         `tools_per_row` gives each chat its own tool schemas (episodes with different tool sets);
         otherwise `tools` applies to all.
         """
-        if tools_per_row is not None and len(tools_per_row) != len(batch):
-            raise ValueError("tools_per_row needs one entry per chat")
         return [
-            self.chat(m, tools=tools_per_row[i] if tools_per_row is not None else tools,
-                      max_tokens=max_tokens, temperature=temperature, seed=seed)
-            for i, m in enumerate(batch)
+            self.chat(m, tools=specs, max_tokens=max_tokens, temperature=temperature, seed=seed)
+            for m, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True)
         ]

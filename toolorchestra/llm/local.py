@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage
+from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import CLOSE
 
 
@@ -94,9 +94,7 @@ class LocalLLM(LLM):
 
         if not batch:
             return []
-        row_tools = tools_per_row if tools_per_row is not None else [tools] * len(batch)
-        if len(row_tools) != len(batch):
-            raise ValueError("tools_per_row needs one entry per chat")
+        row_tools = tools_by_row(batch, tools, tools_per_row)
         prompts = [self.render(m, t) for m, t in zip(batch, row_tools, strict=True)]
         any_tools = any(row_tools)
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)

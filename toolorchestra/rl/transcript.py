@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolorchestra.core.errors import OrchestraError
-from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage
+from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import CLOSE
 
 
@@ -209,9 +209,7 @@ class RolloutPolicy(LLM):
 
         if not batch:
             return []
-        row_tools = tools_per_row if tools_per_row is not None else [tools] * len(batch)
-        if len(row_tools) != len(batch):
-            raise ValueError("tools_per_row needs one entry per chat")
+        row_tools = tools_by_row(batch, tools, tools_per_row)
         for messages, specs in zip(batch, row_tools, strict=True):
             binding = self._binding(messages)
             if binding.tools is None and specs:
