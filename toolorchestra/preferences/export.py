@@ -29,17 +29,43 @@ from toolorchestra.preferences.assemble import Instance, Split, dumps
 _PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_call", "per_second")
 
 
+def price_type() -> Any:
+    """A `tool_prices` / `model_prices` entry: `{name, input_per_mtok, output_per_mtok, per_call, per_second}`."""
+    import pyarrow as pa
+
+    return pa.struct([("name", pa.string()), *((f, pa.float64()) for f in _PRICE_FIELDS)])
+
+
+def preference_type() -> Any:
+    import pyarrow as pa
+
+    return pa.struct([
+        ("id", pa.string()), ("kind", pa.string()), ("instruction", pa.string()),
+        ("weights", pa.list_(pa.struct([("key", pa.string()), ("weight", pa.float64())]))),
+    ])
+
+
+def verl_row_schema(extra_info: Any) -> Any:
+    """verl's row schema (`RLHFDataset`) around an `extra_info` struct type."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", extra_info),
+        ("agent_name", pa.string()),
+    ])
+
+
 def arrow_schema(tool_names: list[str]) -> Any:
     """The rows' pyarrow schema; `tools_kwargs` has one field per tool offered in the file."""
     import pyarrow as pa
 
-    price = pa.struct([("name", pa.string()), *((f, pa.float64()) for f in _PRICE_FIELDS)])
+    price, preference = price_type(), preference_type()
     create = pa.struct([("create_kwargs", pa.struct([
         ("instance_id", pa.string()), ("task_id", pa.string()), ("domain", pa.string())]))])
-    preference = pa.struct([
-        ("id", pa.string()), ("kind", pa.string()), ("instruction", pa.string()),
-        ("weights", pa.list_(pa.struct([("key", pa.string()), ("weight", pa.float64())]))),
-    ])
     extra = pa.struct([
         ("index", pa.int64()), ("split", pa.string()), ("instance_id", pa.string()), ("task_id", pa.string()),
         ("task_kind", pa.string()), ("domain", pa.string()), ("agent_name", pa.string()),
@@ -50,17 +76,11 @@ def arrow_schema(tool_names: list[str]) -> Any:
         ("tools_kwargs", pa.struct([(name, create) for name in tool_names]) if tool_names
          else pa.struct([("_none", pa.string())])),
     ])
-    return pa.schema([
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        ("extra_info", extra),
-        ("agent_name", pa.string()),
-    ])
+    return verl_row_schema(extra)
 
 
-def _prices(prices: Mapping[str, Any]) -> list[dict[str, Any]]:
+def price_rows(prices: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Prices per name (`Price` objects) as `price_type()` rows, in the mapping's order."""
     return [{"name": name, **{f: float(getattr(p, f)) for f in _PRICE_FIELDS}} for name, p in prices.items()]
 
 
@@ -78,7 +98,7 @@ def verl_row(instance: Instance, index: int, agent_name: str, tool_names: list[s
             "index": index, "split": instance.split, "instance_id": instance.id, "task_id": instance.task_id,
             "task_kind": instance.task_kind, "domain": instance.domain, "agent_name": agent_name,
             "tools": instance.tools, "tool_selection": instance.tools, "catalog_tools": instance.catalog_tools,
-            "tool_prices": _prices(instance.tool_prices), "model_prices": _prices(instance.model_prices),
+            "tool_prices": price_rows(instance.tool_prices), "model_prices": price_rows(instance.model_prices),
             "preference": None if pref is None else {
                 "id": pref.id, "kind": pref.kind, "instruction": pref.instruction,
                 "weights": [{"key": k, "weight": float(w)} for k, w in sorted(pref.vector.items())]},

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.preferences.export import preference_type, price_rows, price_type, verl_row_schema
 from toolorchestra.rl.instances import TrainInstance
 
 AGENT_NAME = "orchestra_agent"
 TOOL_CLASS = "toolorchestra.rl.verl.tools.OrchestraTool"
-_PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_call", "per_second")
 
 
 def verl_row(instance: TrainInstance, index: int, *, tools: list[str] | None = None) -> dict[str, Any]:
@@ -44,10 +44,8 @@ def verl_row(instance: TrainInstance, index: int, *, tools: list[str] | None = N
             "index": index, "instance_id": instance.id, "task_id": instance.task_id, "task_kind": instance.kind,
             "domain": instance.domain, "agent_name": AGENT_NAME, "tools": offered, "tool_selection": offered,
             "catalog_tools": list(instance.catalog_tools), "domain_tools": list(instance.domain_tools),
-            "tool_prices": [{"name": n, **{f: float(getattr(p, f)) for f in _PRICE_FIELDS}}
-                            for n, p in sorted(instance.tool_prices.items())],
-            "model_prices": [{"name": n, **{f: float(getattr(p, f)) for f in _PRICE_FIELDS}}
-                             for n, p in sorted(instance.model_prices.items())],
+            "tool_prices": price_rows(dict(sorted(instance.tool_prices.items()))),
+            "model_prices": price_rows(dict(sorted(instance.model_prices.items()))),
             "preference": pref,
             "task": json.dumps(instance.task, ensure_ascii=False),
         },
@@ -56,26 +54,18 @@ def verl_row(instance: TrainInstance, index: int, *, tools: list[str] | None = N
 
 
 def _schema() -> Any:
+    """The `preferences` export's schema (`toolorchestra.preferences.export`) with `domain_tools`
+    and without `split` / `tools_kwargs` (the agent loop builds its tools from `tools`)."""
     import pyarrow as pa
 
-    price = pa.struct([("name", pa.string()), *((f, pa.float64()) for f in _PRICE_FIELDS)])
-    preference = pa.struct([("id", pa.string()), ("kind", pa.string()), ("instruction", pa.string()),
-                            ("weights", pa.list_(pa.struct([("key", pa.string()), ("weight", pa.float64())])))])
-    strings = pa.list_(pa.string())
+    price, strings = price_type(), pa.list_(pa.string())
     extra = pa.struct([
         ("index", pa.int64()), ("instance_id", pa.string()), ("task_id", pa.string()), ("task_kind", pa.string()),
         ("domain", pa.string()), ("agent_name", pa.string()), ("tools", strings), ("tool_selection", strings),
         ("catalog_tools", strings), ("domain_tools", strings), ("tool_prices", pa.list_(price)),
-        ("model_prices", pa.list_(price)), ("preference", preference), ("task", pa.string()),
+        ("model_prices", pa.list_(price)), ("preference", preference_type()), ("task", pa.string()),
     ])
-    return pa.schema([
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        ("extra_info", extra),
-        ("agent_name", pa.string()),
-    ])
+    return verl_row_schema(extra)
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
