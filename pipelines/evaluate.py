@@ -276,10 +276,9 @@ def report_markdown(workspace: Path, params_file: str = "params.yaml") -> str | 
     markdown artifact published by the flow; None when there is no report."""
     import base64
 
-    from pipelines.runner import load_params_file
+    from pipelines.runner import stage_output
 
-    section = load_params_file(workspace / params_file).get("evaluate") or {}
-    folder = workspace / ((section.get("outs") or {}).get("report") or "reports/eval")
+    folder = stage_output(workspace, "evaluate", "report", "reports/eval", params_file)
     if not (folder / "report.md").is_file():
         return None
     text = (folder / "report.md").read_text(encoding="utf-8")

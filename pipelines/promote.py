@@ -174,10 +174,9 @@ def version_tags(params: Params, plan: Plan) -> dict[str, str]:
 def card_markdown(workspace: Path, params_file: str = "params.yaml") -> str | None:
     """The promotion's decision (one line) and model card, for a Prefect markdown artifact
     published by the flow; None when the stage has not written them."""
-    from pipelines.runner import load_params_file
+    from pipelines.runner import stage_output
 
-    section = load_params_file(workspace / params_file).get("promote") or {}
-    folder = workspace / ((section.get("outs") or {}).get("card") or "reports/promote")
+    folder = stage_output(workspace, "promote", "card", "reports/promote", params_file)
     if not (folder / "model_card.md").is_file() or not (folder / "decision.json").is_file():
         return None
     decision = json.loads((folder / "decision.json").read_text(encoding="utf-8"))

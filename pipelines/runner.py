@@ -48,6 +48,12 @@ def load_params_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def stage_output(workspace: Path, stage: str, key: str, default: str, params_file: str = "params.yaml") -> Path:
+    """Where `stage` writes its output `key` (`outs.<key>` of its params.yaml section, else `default`)."""
+    section = load_params_file(workspace / params_file).get(stage) or {}
+    return workspace / ((section.get("outs") or {}).get(key) or default)
+
+
 def stage_module(name: str) -> ModuleType:
     if not _NAME.match(name) or name in NOT_STAGES:
         raise ConfigError(None, f"{name!r} is not a stage name", key="stage")

@@ -115,9 +115,15 @@ def version_of(root: Path, alias: str):
 def test_first_promotion_without_champion_registers_champion_with_card_and_lineage(workspace):
     from pipelines.lineage import lineage
 
+    from pipelines.promote import card_markdown
+
     write_report(workspace, trained=(0.4, 0.002))
+    assert card_markdown(workspace) is None  # nothing promoted yet: nothing for the flow to publish
     decision = promote(workspace)
     assert decision["decision"] == "promoted" and decision["version"] == "1"
+    published = card_markdown(workspace)
+    assert published.startswith(f"**Gate: promoted** — {PROMOTE['registered_model']} version 1; first promotion")
+    assert published.endswith((workspace / "reports" / "promote" / "model_card.md").read_text())
     assert decision["reasons"][0] == "first promotion: there is no champion yet"
     champion, challenger = version_of(workspace, "champion"), version_of(workspace, "challenger")
     assert str(champion.version) == str(challenger.version) == "1"
