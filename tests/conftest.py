@@ -38,16 +38,10 @@ def smollm2_dir() -> Path:
 def tiny_llm(smollm2_dir: Path):
     """A random-weight model of SmolLM2's architecture (Llama) with the real tokenizer and chat
     template: fast, and exercises the same code paths as the real model."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from tiny_models import tiny_llama
+    from transformers import AutoTokenizer
 
     from toolorchestra.llm.local import LocalLLM
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
-    )
-    return LocalLLM.from_model(LlamaForCausalLM(config), tokenizer, name="tiny-llama")
+    return LocalLLM.from_model(tiny_llama(tokenizer), tokenizer, name="tiny-llama")

@@ -33,19 +33,14 @@ def tiny_base_model(folder: Path) -> Path:
     """A random-weight Llama with SmolLM2's tokenizer and chat template, saved once per folder."""
     if (folder / "config.json").is_file():
         return folder
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from tiny_models import tiny_llama
+    from transformers import AutoTokenizer
 
     from toolorchestra.core.settings import Settings
     from toolorchestra.llm.smollm2 import ensure_converted
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_converted(Settings(workspace=REPO).models_cache))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_llama(tokenizer, max_position_embeddings=8192).save_pretrained(folder)  # flow prompts exceed 2,048
     tokenizer.save_pretrained(folder)
     return folder
 
