@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolorchestra.llm.base import LLM, Completion, Message, Usage, tools_by_row
+from toolorchestra.llm.base import LLM, BatchLLM, Completion, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.tools.catalog import Catalog, ExpertBackend
 
@@ -103,16 +103,13 @@ def mark_extremes(summary: dict[str, dict[str, Any]], methods: list[Method]) -> 
 # ------------------------------------------------------------------------------ policies
 
 
-class RandomRouterPolicy(LLM):
+class RandomRouterPolicy(BatchLLM):
     """The random router as a policy: writes one Hermes call per turn (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, *, seed: int = 0, max_turns: int = 4) -> None:
         self.model = "random-router"
         self.seed, self.max_turns = seed, max_turns
         self.roles = {t.name: t.backend.role for t in catalog.tools if isinstance(t.backend, ExpertBackend)}
-
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
-        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:

@@ -105,3 +105,15 @@ class LLM(ABC):
             self.chat(m, tools=specs, max_tokens=max_tokens, temperature=temperature, seed=seed)
             for m, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True)
         ]
+
+
+class BatchLLM(LLM):
+    """A backend whose native call is the batch (local generation): one chat is a batch of one."""
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
+        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
+
+    @abstractmethod
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
+                   seed=None) -> list[Completion]:
+        """See `LLM.chat_batch`."""

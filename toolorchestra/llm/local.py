@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage, tools_by_row
+from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import CLOSE
 
 
@@ -44,7 +44,7 @@ class StopAfterText:
         return torch.tensor([self.text in t for t in texts], device=input_ids.device)
 
 
-class LocalLLM(LLM):
+class LocalLLM(BatchLLM):
     """Chat over a transformers model folder. One generate() at a time per instance."""
 
     def __init__(self, model_dir: str | Path, *, name: str | None = None, device: str = "auto") -> None:
@@ -83,9 +83,6 @@ class LocalLLM(LLM):
         return self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
-
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
-        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:

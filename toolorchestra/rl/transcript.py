@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolorchestra.core.errors import OrchestraError
-from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage, tools_by_row
+from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import CLOSE
 
 
@@ -157,7 +157,7 @@ class _Binding:
     sampled: list[list[int]] = field(default_factory=list)
 
 
-class RolloutPolicy(LLM):
+class RolloutPolicy(BatchLLM):
     """The model being trained, as the agent loop's policy, generating from token-exact contexts.
 
     Bind each episode's transcript (the loop's `messages` list), optionally with its tool specs,
@@ -196,9 +196,6 @@ class RolloutPolicy(LLM):
     def context(self, messages: list[Message]) -> list[int]:
         binding = self._binding(messages)
         return self.encoder.encode(messages, binding.tools, sampled=binding.sampled, generation_prompt=True).ids
-
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
-        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:
