@@ -145,7 +145,11 @@ def load_instances(path: str | Path, *, split: str = "train") -> list[TrainInsta
     if path.is_dir():
         import datasets
 
-        loaded = datasets.load_from_disk(str(path))
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except FileNotFoundError:
+            raise ConfigError(path, "not a training set: neither a `datasets` folder nor the preferences stage's "
+                              "export (hf/, verl/, manifest.json); re-run the preferences stage") from None
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
                 raise ConfigError(path, f"no split {split!r}; the folder has {sorted(loaded)}", key="split")

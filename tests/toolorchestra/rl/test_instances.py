@@ -44,6 +44,9 @@ def test_exports_load_back_as_the_assembled_instances(assembled, tmp_path):
 def test_the_preferences_stage_export_folder_loads_from_its_hf_folder(assembled, tmp_path):
     write_hf_dataset(assembled, tmp_path / "datasets" / "hf")  # the stage's layout: hf/, verl/, manifest.json
     assert [i.id for i in load_instances(tmp_path / "datasets")] == [from_assembled(i).id for i in assembled["train"]]
+    (tmp_path / "broken").mkdir()
+    with pytest.raises(ConfigError, match="not a training set"):
+        load_instances(tmp_path / "broken")
 
 
 def test_instance_views(assembled):
