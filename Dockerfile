@@ -31,6 +31,7 @@ WORKDIR /opt/toolorchestra
 COPY pyproject.toml README.md ./
 COPY requirements/ requirements/
 COPY toolorchestra/ toolorchestra/
+COPY stagekit/ stagekit/
 COPY pipelines/ pipelines/
 COPY tasks/ tasks/
 COPY flows/ flows/

@@ -19,12 +19,12 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from toolorchestra.agent.loop import Orchestrator  # noqa: E402
-from toolorchestra.llm.base import LLM, Completion, Usage  # noqa: E402
-from toolorchestra.llm.hermes import format_tool_call  # noqa: E402
-from toolorchestra.tools.base import Tool, ToolOutput  # noqa: E402
-from toolorchestra.tools.catalog import Price  # noqa: E402
-from toolorchestra.tools.toolbox import Toolbox  # noqa: E402
+from toolorchestra.agent.loop import Orchestrator
+from toolorchestra.llm.base import LLM, Completion, Usage
+from toolorchestra.llm.hermes import format_tool_call
+from toolorchestra.tools.base import Tool, ToolOutput
+from toolorchestra.tools.catalog import Price
+from toolorchestra.tools.toolbox import Toolbox
 
 
 class InstantPolicy(LLM):

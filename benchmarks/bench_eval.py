@@ -35,7 +35,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from toolorchestra.llm.base import LLM, Completion  # noqa: E402
+from toolorchestra.llm.base import LLM, Completion
 
 
 class RemoteLike(LLM):
@@ -90,11 +90,11 @@ def main() -> None:
     import torch
 
     from toolorchestra.core.settings import Settings, find_workspace
+    from toolorchestra.episodes.environment import EpisodeConfig
     from toolorchestra.evaluation import methods as m
     from toolorchestra.evaluation.benchmarks import QASpec, ToolScaleSpec, build_benchmarks
     from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
     from toolorchestra.llm.config import LocalLLMConfig, build_llm
-    from toolorchestra.rl.episodes import EpisodeConfig
     from toolorchestra.tools.catalog import load_embedded_catalog
 
     repo = find_workspace(Path(__file__).resolve().parent)

@@ -58,7 +58,7 @@ def main() -> None:
         noop = timed_run(workspace)
         # A process's own start (imports, Prefect's ephemeral server) is part of every run.
         overhead = cold - sum(stages.values())
-        print(f"stages: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
+        print("stages: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
         print(f"cold orchestra run: {cold:.1f} s")
         print(f"no-op re-run: {noop:.1f} s (target < 15 s: {'OK' if noop < 15 else 'ABOVE TARGET'})")
         print(f"orchestration overhead: {overhead:.1f} s = {100 * overhead / cold:.1f}% of the cold run "

@@ -71,7 +71,7 @@ def evaluate(env, model, tokenizer, instances, *, label: str):
 
 def joint_rewards(env, before, after) -> tuple[list[float], list[float]]:
     """Contract rewards with each task's before and after rollouts as one group (invalid: 0)."""
-    from toolorchestra.rl.reward import group_rewards
+    from toolorchestra.episodes.reward import group_rewards
 
     r_before, r_after = [], []
     for b, a in zip(before, after, strict=True):
@@ -117,10 +117,11 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from toolorchestra.core.settings import Settings
+    from toolorchestra.episodes.environment import RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
     from toolorchestra.llm.smollm2 import ensure_converted
+    from toolorchestra.preferences.assemble import build_instances
     from toolorchestra.rl.config import TrainConfig
-    from toolorchestra.rl.episodes import RolloutEnvironment
-    from toolorchestra.rl.instances import DomainLocator, build_instances
     from toolorchestra.rl.train import train_trl
     from toolorchestra.tools.catalog import load_embedded_catalog
 

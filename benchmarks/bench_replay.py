@@ -1,7 +1,8 @@
 """Benchmark golden replay: copy-on-write state + incremental hash vs deep copy per task.
 
-Synthesizes tasks on a domain (default: the ToolScale bank database in ../shared/data, 1.6 MB),
-then replays every task's golden actions from a fresh state and hashes the result, two ways:
+Synthesizes tasks on a domain (default: the vendored ToolScale bank database,
+`third_party/toolscale/bank`, 1.6 MB), then replays every task's golden actions from a fresh state
+and hashes the result, two ways:
 - **fast** (what the project uses): a fresh `DbState` is an empty overlay on the shared base, a
   write copies only the record it touches, and the hash is updated from per-record digests;
 - **baseline**: `copy.deepcopy` of the database per task, the same engine on that copy, and a full
@@ -19,35 +20,25 @@ import copy
 import time
 from pathlib import Path
 
-from toolorchestra.envs.domain import Domain, load_domain
+from toolorchestra.envs.domain import load_domain
 from toolorchestra.envs.engine import Engine
 from toolorchestra.envs.state import BaseDb, DbState
 from toolorchestra.synthesis.procedural import synthesize_tasks
 
-BANK = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "toolscale" / "bank"
-
-
-def load(path: Path | None) -> Domain:
-    if path is not None:
-        return load_domain(path)
-    if BANK.exists():
-        return load_domain(BANK)
-    from toolorchestra.synthesis.domains import load_embedded
-
-    print(f"note: {BANK} is absent; using the embedded clinic domain (size 400) instead")
-    return load_embedded("clinic", seed=0, size=400)
+# The vendored ToolScale bank database (see third_party/README.md).
+BANK = Path(__file__).resolve().parents[1] / "third_party" / "toolscale" / "bank"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--domain", type=Path, default=None)
+    parser.add_argument("--domain", type=Path, default=BANK)
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=2.0, help="minimum timed duration of the fast loop")
     parser.add_argument("--baseline-tasks", type=int, default=40)
     args = parser.parse_args()
 
-    domain = load(args.domain)
+    domain = load_domain(args.domain)
     specs = domain.tool_specs()
     engine = Engine(specs, domain.layouts)
     tasks, _ = synthesize_tasks(domain, args.tasks, seed=args.seed, specs=specs)

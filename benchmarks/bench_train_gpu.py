@@ -52,10 +52,11 @@ def main() -> int:
     from transformers import AutoTokenizer, TrainerCallback
 
     from toolorchestra.core.settings import Settings
+    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
     from toolorchestra.llm.smollm2 import ensure_converted
+    from toolorchestra.preferences.assemble import build_instances
     from toolorchestra.rl.config import GRPOSettings
-    from toolorchestra.rl.episodes import EpisodeConfig, RolloutEnvironment
-    from toolorchestra.rl.instances import DomainLocator, build_instances
     from toolorchestra.rl.trl_backend import build_grpo_trainer
     from toolorchestra.tools.catalog import load_embedded_catalog
 

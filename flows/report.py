@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from pipelines.graph import StageOutcome
+from stagekit.graph import StageOutcome
+from stagekit.runner import stage_output
 from toolorchestra.core.settings import Settings
 
 # Metrics that earn their own table when a stage reports them (by prefix).
@@ -49,9 +53,6 @@ def publish_summary(flow: str, outcomes: list[StageOutcome], parent_run_id: str,
 def publish_stage_reports(outcomes: list[StageOutcome], settings: Settings) -> None:
     """The evaluation report (method x benchmark table + Pareto plot) and the promotion model card,
     as Prefect markdown artifacts, when those stages ran in this flow run."""
-    from pipelines.evaluate import report_markdown
-    from pipelines.promote import card_markdown
-
     ran = {o.stage for o in outcomes if o.ran}
     if "evaluate" in ran and (text := report_markdown(settings.workspace)):
         create_markdown_artifact(markdown=text, key="evaluation-report",
@@ -59,3 +60,30 @@ def publish_stage_reports(outcomes: list[StageOutcome], settings: Settings) -> N
     if "promote" in ran and (text := card_markdown(settings.workspace)):
         create_markdown_artifact(markdown=text, key="promotion-decision",
                                  description="the gate's decision and the model card")
+
+
+def report_markdown(workspace: Path, params_file: str = "params.yaml") -> str | None:
+    """The evaluate stage's `report.md` with the Pareto plot embedded (a data URI), for a Prefect
+    markdown artifact published by the flow; None when there is no report."""
+    import base64
+
+    folder = stage_output(workspace, "evaluate", "report", "reports/eval", params_file)
+    if not (folder / "report.md").is_file():
+        return None
+    text = (folder / "report.md").read_text(encoding="utf-8")
+    plot = folder / "pareto.png"
+    if plot.is_file():
+        text += f"\n![cost vs accuracy](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})\n"
+    return text
+
+
+def card_markdown(workspace: Path, params_file: str = "params.yaml") -> str | None:
+    """The promotion's decision (one line) and model card, for a Prefect markdown artifact
+    published by the flow; None when the stage has not written them."""
+    folder = stage_output(workspace, "promote", "card", "reports/promote", params_file)
+    if not (folder / "model_card.md").is_file() or not (folder / "decision.json").is_file():
+        return None
+    decision = json.loads((folder / "decision.json").read_text(encoding="utf-8"))
+    head = (f"**Gate: {decision['decision']}** — {decision['registered_model']} version "
+            f"{decision['version'] or '(not registered)'}; " + ("; ".join(decision["reasons"]) or "no reasons recorded"))
+    return head + "\n\n" + (folder / "model_card.md").read_text(encoding="utf-8")

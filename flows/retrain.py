@@ -13,9 +13,9 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from flows.report import publish_summary
-from pipelines.graph import StageOutcome, push, stage_order
-from pipelines.runner import check_all_params
-from pipelines.tracking import flow_run as mlflow_flow_run
+from stagekit.graph import StageOutcome, push, stage_order
+from stagekit.runner import check_all_params
+from stagekit.tracking import flow_run as mlflow_flow_run
 from tasks.stage import run_stage
 from toolorchestra.core.settings import load_settings
 

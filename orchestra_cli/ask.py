@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 
-def resolve_policy(catalog, policy: str | None, settings):  # noqa: ANN001, ANN201
+def resolve_policy(catalog, policy: str | None, settings):
     """The policy LLM and its price: a catalog alias, or a transformers model folder."""
     from toolorchestra.core.errors import ConfigError
     from toolorchestra.llm.config import LocalLLMConfig, build_llm
@@ -48,10 +48,9 @@ def ask(
     """Run the orchestrator on QUESTION and print its trajectory."""
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.core.settings import load_settings
+    from toolorchestra.registry.policy import is_registry_ref, load_policy
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
-
-    from toolorchestra.registry.policy import is_registry_ref, load_policy
 
     settings = load_settings()
     cat = load_catalog(catalog) if catalog else None

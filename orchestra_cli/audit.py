@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 # Default columns: per-stage metrics (logged on the flow run as `<stage>.<metric>`) whose name
 # starts with one of these.
@@ -20,7 +20,7 @@ def lineage(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Trace a model or run back to its flow run, git commit, stage parameters and data hashes."""
-    from pipelines.lineage import lineage as trace
+    from stagekit.lineage import lineage as trace
     from toolorchestra.core.settings import load_settings
 
     info = trace(ref, load_settings())
@@ -61,7 +61,7 @@ def runs(
     """Flow runs, newest first, with their key metrics."""
     import mlflow
 
-    from pipelines.tracking import configure
+    from stagekit.tracking import configure
     from toolorchestra.core.errors import OrchestraError
     from toolorchestra.core.settings import load_settings
 

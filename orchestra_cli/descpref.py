@@ -15,14 +15,14 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 
 def _params(stage: str, params_file: Path | None, overrides: dict[str, Any], workspace: Path,
             defaults: dict[str, dict[str, Path]]) -> Any:
     """The stage's validated Params: its params.yaml section (if any), then `overrides` (options
     left unset are None), then `defaults` for paths that neither gives."""
-    from pipelines.runner import load_params_file, stage_module, validate_params
+    from stagekit.runner import load_params_file, stage_module, validate_params
 
     source = (params_file or workspace / "params.yaml").resolve()
     all_params: dict[str, Any] = {}
@@ -41,17 +41,6 @@ def _params(stage: str, params_file: Path | None, overrides: dict[str, Any], wor
         elif value is not None:
             section[key] = value
     return validate_params(stage, stage_module(stage), {**all_params, stage: section}, source)
-
-
-def _inputs(params: Any, stage: str) -> dict[str, Path]:
-    """The stage's input paths, checked before anything is written (as the stage runner does)."""
-    from toolorchestra.core.errors import ConfigError
-
-    deps = {k: Path(v) for k, v in params.deps.items()}
-    missing = [f"{k}={v}" for k, v in deps.items() if not v.exists()]
-    if missing:
-        raise ConfigError(None, f"inputs do not exist: {', '.join(missing)}", key=stage)
-    return deps
 
 
 def _print_table(rows: list[dict[str, Any]], columns: list[str], title: str) -> None:
@@ -87,6 +76,8 @@ def describe(
     from toolorchestra.tools.catalog import embedded_catalog_path
 
     settings = load_settings()
+    from stagekit.runner import existing_deps
+
     ws = settings.workspace
     overrides: dict[str, Any] = {
         "deps": {"catalog": catalog, "tasks": tasks, "domains": domains}, "outs": {"catalog": out},
@@ -97,7 +88,7 @@ def describe(
     p = _params("describe", params, overrides, ws, {
         "deps": {"catalog": embedded_catalog_path(), "tasks": ws / "data/validated"},
         "outs": {"catalog": ws / "data/catalog/tools.json"}})
-    deps = _inputs(p, "describe")
+    deps = existing_deps(p, ws, "describe")
     metrics, measurement = run_describe(p, catalog_path=deps["catalog"], tasks_path=deps["tasks"],
                                         domains_path=deps.get("domains"), out_path=Path(p.outs["catalog"]),
                                         settings=settings)
@@ -132,6 +123,8 @@ def preferences(
     from toolorchestra.core.settings import load_settings
 
     settings = load_settings()
+    from stagekit.runner import existing_deps
+
     ws = settings.workspace
     overrides: dict[str, Any] = {
         "deps": {"catalog": catalog, "tasks": tasks, "domains": domains},
@@ -142,7 +135,7 @@ def preferences(
     p = _params("preferences", params, overrides, ws, {
         "deps": {"catalog": ws / "data/catalog/tools.json", "tasks": ws / "data/validated"},
         "outs": {"preferences": ws / "data/preferences", "datasets": ws / "data/datasets"}})
-    deps = _inputs(p, "preferences")
+    deps = existing_deps(p, ws, "preferences")
     with staged_dir(p.outs["preferences"]) as pref_dir, staged_dir(p.outs["datasets"]) as data_dir:
         metrics, build = make_preferences(p, catalog_path=deps["catalog"], tasks_path=deps["tasks"],
                                           domains_path=deps.get("domains"), preferences_dir=pref_dir,

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 COMPOSE = "docker compose -f infra/compose.yaml up -d"
 
@@ -55,7 +55,7 @@ def _fixed(check: Check) -> Callable[[], Check]:
     return lambda: check
 
 
-def _mlflow_checks(settings, timeout: float) -> list[Callable[[], Check]]:  # noqa: ANN001
+def _mlflow_checks(settings, timeout: float) -> list[Callable[[], Check]]:
     from toolorchestra.core.services import mlflow_reachability, redact_url, s3_reachability
 
     uri = settings.tracking_uri
@@ -92,7 +92,7 @@ def _mlflow_checks(settings, timeout: float) -> list[Callable[[], Check]]:  # no
     return checks
 
 
-def _prefect_check(settings, timeout: float) -> Callable[[], Check]:  # noqa: ANN001
+def _prefect_check(settings, timeout: float) -> Callable[[], Check]:
     from toolorchestra.core.services import prefect_reachability, redact_url
 
     url = settings.prefect_api_url or os.environ.get("PREFECT_API_URL")
@@ -104,7 +104,7 @@ def _prefect_check(settings, timeout: float) -> Callable[[], Check]:  # noqa: AN
                   f"start the server ({COMPOSE} prefect-server) or correct ORCHESTRA_PREFECT_API_URL (it ends in /api)")
 
 
-def _s3_endpoint_check(settings, timeout: float) -> Callable[[], Check] | None:  # noqa: ANN001
+def _s3_endpoint_check(settings, timeout: float) -> Callable[[], Check] | None:
     from toolorchestra.core.services import host_port, redact_url, tcp_reachability
 
     endpoint = settings.s3_endpoint_url or settings.mlflow.s3_endpoint_url
@@ -115,7 +115,7 @@ def _s3_endpoint_check(settings, timeout: float) -> Callable[[], Check] | None: 
                   f"start the S3-compatible store ({COMPOSE} minio) or correct ORCHESTRA_S3_ENDPOINT_URL")
 
 
-def _dvc_check(settings, timeout: float) -> Callable[[], Check] | None:  # noqa: ANN001
+def _dvc_check(settings, timeout: float) -> Callable[[], Check] | None:
     from toolorchestra.core.services import local_folder_reachability, redact_url, s3_reachability
 
     if not (settings.workspace / ".dvc").is_dir():
@@ -154,7 +154,7 @@ def _dvc_check(settings, timeout: float) -> Callable[[], Check] | None:  # noqa:
                         f"{url.split('://')[0]} remote: not probed (dvc push will tell)"))
 
 
-def _ray_check(settings, timeout: float) -> Callable[[], Check]:  # noqa: ANN001
+def _ray_check(settings, timeout: float) -> Callable[[], Check]:
     from toolorchestra.core.fanout import resolve_address
     from toolorchestra.core.services import ray_reachability
 
@@ -166,7 +166,7 @@ def _ray_check(settings, timeout: float) -> Callable[[], Check]:  # noqa: ANN001
                   f"start the head (`ray start --head` or {COMPOSE} ray-head) or correct ORCHESTRA_RAY_ADDRESS / RAY_ADDRESS")
 
 
-def _catalog_path(settings, catalog: Path | None) -> Path:  # noqa: ANN001
+def _catalog_path(settings, catalog: Path | None) -> Path:
     if catalog is not None:
         return catalog
     import yaml
@@ -183,7 +183,7 @@ def _catalog_path(settings, catalog: Path | None) -> Path:  # noqa: ANN001
     return embedded_catalog_path()
 
 
-def _expert_checks(settings, catalog: Path | None, timeout: float) -> list[Callable[[], Check]]:  # noqa: ANN001
+def _expert_checks(settings, catalog: Path | None, timeout: float) -> list[Callable[[], Check]]:
     from toolorchestra.core.services import host_port, openai_reachability, redact_url, tcp_reachability
     from toolorchestra.core.settings import secret
     from toolorchestra.llm.config import OpenAILLMConfig
@@ -203,7 +203,7 @@ def _expert_checks(settings, catalog: Path | None, timeout: float) -> list[Calla
         if backend.api_key_env and key is None:
             fix += f"; set {backend.api_key_env} if the server needs a key"
 
-        def probe(base_url=base_url, key=key, model=backend.model):  # noqa: ANN001, ANN202 - bind loop values
+        def probe(base_url=base_url, key=key, model=backend.model):
             return openai_reachability(base_url, key, model, timeout)
 
         checks.append(_probe(f"expert {alias}", redact_url(base_url), probe, fix))
@@ -221,7 +221,7 @@ def _expert_checks(settings, catalog: Path | None, timeout: float) -> list[Calla
     return checks
 
 
-def run_checks(settings, catalog: Path | None = None, timeout: float = 5.0) -> list[Check]:  # noqa: ANN001
+def run_checks(settings, catalog: Path | None = None, timeout: float = 5.0) -> list[Check]:
     """Every check of the active profile, run concurrently; in a stable order."""
     planned: list[Callable[[], Check]] = [*_mlflow_checks(settings, timeout), _prefect_check(settings, timeout)]
     planned += [c for c in (_s3_endpoint_check(settings, timeout), _dvc_check(settings, timeout)) if c is not None]

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 CLI_REPORT = ".orchestra/cli/evaluate"
 
@@ -58,7 +58,7 @@ def evaluate(
     params: Annotated[Path, typer.Option(help="parameters file")] = Path("params.yaml"),
 ) -> None:
     """Evaluate the orchestrator against the baselines (the `evaluate` stage) and print the table."""
-    from pipelines.runner import load_params_file, run_stage, stage_module, validate_params
+    from stagekit.runner import load_params_file, run_stage, stage_module, validate_params
     from toolorchestra.core.fs import atomic_write_text
     from toolorchestra.core.settings import load_settings
 
@@ -90,22 +90,17 @@ def promote(
     import subprocess
     import sys
 
-    from pipelines.runner import load_params_file, stage_module, validate_params
-    from pipelines.tracking import flow_run
-    from toolorchestra.core.errors import ConfigError
+    from stagekit.runner import existing_deps, load_params_file, stage_module, validate_params
+    from stagekit.tracking import flow_run
     from toolorchestra.core.settings import load_settings
 
     params = params.resolve()
     settings = load_settings(workspace=params.parent)
     stage_params = validate_params("promote", stage_module("promote"), load_params_file(params), params)
     if dry_run:
-        from pipelines.promote import plan_promotion, render_card
+        from toolorchestra.registry.promotion import plan_promotion, render_card
 
-        deps = {k: (settings.workspace / v).resolve() for k, v in stage_params.deps.items()}
-        missing = [f"{k}={stage_params.deps[k]}" for k, p in deps.items() if not p.exists()]
-        if missing:
-            raise ConfigError(None, f"inputs do not exist: {', '.join(missing)} (run train and evaluate first)",
-                              key="promote.deps")
+        deps = existing_deps(stage_params, settings.workspace, "promote")
         plan = plan_promotion(stage_params, model=deps["model"], report_dir=deps["report"],
                               workspace=settings.workspace, settings=settings)
         typer.echo(render_card(stage_params, plan, version=None, run_id=None))

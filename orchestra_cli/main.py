@@ -1,8 +1,8 @@
 """Entry point of the `orchestra` command.
 
-Each command group lives in its own module and registers itself on `app`; heavy libraries are
-imported inside the commands so `orchestra --help` stays fast. Errors derived from
-`OrchestraError` are printed as one line (no traceback) with exit code 2.
+Each command group lives in its own module and registers itself on `app` (`orchestra_cli.app`);
+heavy libraries are imported inside the commands so `orchestra --help` stays fast. Errors derived
+from `OrchestraError` are printed as one line (no traceback) with exit code 2.
 """
 
 from __future__ import annotations
@@ -10,25 +10,16 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from orchestra_cli import ask, audit, descpref, doctor, evalpromote, run, stage, toolscale, train
+from orchestra_cli.app import app
 from toolorchestra.core.errors import OrchestraError
 
-app = typer.Typer(
-    name="orchestra",
-    help="Train and ship tool orchestrators (ToolOrchestra) as an MLOps pipeline.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+COMMAND_MODULES = (ask, audit, descpref, doctor, evalpromote, run, stage, toolscale, train)
+"""Each registered its commands on `app` when imported."""
 err_console = Console(stderr=True)
 
 
-def _register_commands() -> None:
-    # Imported for their side effect of adding commands to `app`.
-    from orchestra_cli import commands  # noqa: F401
-
-
 def main(argv: list[str] | None = None) -> int:
-    _register_commands()
     try:
         # Without standalone mode click returns a command's `typer.Exit` code instead of exiting.
         code = app(args=argv, standalone_mode=False)

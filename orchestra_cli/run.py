@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 
-def prefect_environment(settings) -> None:  # noqa: ANN001
+def prefect_environment(settings) -> None:
     """Prefect reads its settings at import: set them first. Embedded: the ephemeral API with its
     home (database, logs) inside the workspace's state folder."""
     os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
@@ -28,13 +28,13 @@ def prefect_environment(settings) -> None:  # noqa: ANN001
         os.environ.setdefault("PREFECT_SERVER_DATABASE_MIGRATE_ON_START", "false")
 
 
-def migrated_marker(settings) -> Path:  # noqa: ANN001
+def migrated_marker(settings) -> Path:
     from importlib.metadata import version
 
     return settings.prefect_home / f".migrated-{version('prefect')}"
 
 
-def workspace_lock(settings, wait_s: float):  # noqa: ANN001, ANN201
+def workspace_lock(settings, wait_s: float):
     from filelock import FileLock
 
     settings.state.mkdir(parents=True, exist_ok=True)
@@ -71,8 +71,8 @@ def run(
             "wait for it to finish or pass --wait SECONDS"
         ) from None
     try:
-        from pipelines.graph import stage_order
-        from pipelines.runner import check_all_params
+        from stagekit.graph import stage_order
+        from stagekit.runner import check_all_params
 
         # Broken parameters are reported before anything runs (and before params.yaml changes).
         check_all_params(params.resolve() if params else root / "params.yaml", stage_order(root))

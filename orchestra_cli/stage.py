@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 
 @app.command()
@@ -16,7 +16,7 @@ def stage(
     params: Annotated[Path, typer.Option(help="parameters file")] = Path("params.yaml"),
 ) -> None:
     """Run one stage with its params.yaml section; outputs are moved into place atomically."""
-    from pipelines.runner import run_stage
+    from stagekit.runner import run_stage
 
     metrics = run_stage(name, params_file=params)
     for key, value in sorted(metrics.items()):

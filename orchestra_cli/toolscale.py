@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 
 @app.command()

@@ -5,6 +5,8 @@ atomic outputs, an MLflow run), with `--backend` and `--steps` overriding the se
 trains nothing: for `verl` it writes the run's inputs (parquet, tool and agent-loop YAML, the
 flattened config), validates the composed configuration with verl's own validation and prints the
 launch command; for `trl` it prints the plan (instances, warm start, GRPO steps, device).
+`--reference PATH` writes the verl configuration composed from the section, as committed under
+`infra/verl/` for review, and trains nothing (no data needed).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from orchestra_cli.main import app
+from orchestra_cli.app import app
 
 
 def _section(params_file: Path, backend: str | None, steps: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from pipelines.runner import load_params_file
+    from stagekit.runner import load_params_file
 
     all_params = load_params_file(params_file)
     section = dict(all_params.get("train") or {})
@@ -39,9 +41,11 @@ def train(
     steps: Annotated[int | None, typer.Option(min=1, help="GRPO steps (trl) or total training steps (verl)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="compose and validate, print the plan or command, train nothing")] = False,
     params: Annotated[Path, typer.Option(help="parameters file")] = Path("params.yaml"),
+    reference: Annotated[Path | None, typer.Option(help="write the composed verl config here (as committed in "
+                                                        "infra/verl/) and stop; needs no data")] = None,
 ) -> None:
     """Train the orchestrator (the `train` stage): SFT warm start + GRPO with TRL, or verl on Ray."""
-    from pipelines.runner import run_stage, stage_module, validate_params
+    from stagekit.runner import run_stage, stage_module, validate_params
     from toolorchestra.core.errors import ConfigError
     from toolorchestra.core.fs import atomic_write_text
     from toolorchestra.core.settings import load_settings
@@ -54,6 +58,14 @@ def train(
     merged = {**all_params, "train": section}
     module = stage_module("train")
     stage_params = validate_params("train", module, merged, params)
+    if reference is not None:
+        from toolorchestra.rl.verl.compose import reference_yaml
+
+        config = module.train_config(stage_params)
+        atomic_write_text(reference, reference_yaml(config.verl, clip=config.grpo.clip_advantage,
+                                                    min_std=config.grpo.min_std))
+        typer.echo(f"verl configuration valid; written to {reference}")
+        return
     if dry_run:
         _dry_run(module, stage_params, settings)
         return
@@ -69,12 +81,9 @@ def train(
 
 def _dry_run(module: Any, stage_params: Any, settings: Any) -> None:
     config = module.train_config(stage_params)
-    deps = {k: (settings.workspace / v).resolve() for k, v in stage_params.deps.items()}
-    missing = [f"{k}={stage_params.deps[k]}" for k, p in deps.items() if not p.exists()]
-    if missing:
-        from toolorchestra.core.errors import ConfigError
+    from stagekit.runner import existing_deps
 
-        raise ConfigError(None, f"inputs do not exist: {', '.join(missing)} (run the earlier stages first)", key="train.deps")
+    deps = existing_deps(stage_params, settings.workspace, "train")
     catalog, instances, domains = module.load_inputs(config, deps)
     if config.backend == "verl":
         from toolorchestra.rl.verl.launch import prepare

@@ -2,7 +2,7 @@
 
 Reads the source catalog (`deps.catalog`, YAML or JSON) and the validated tasks (`deps.tasks`;
 `deps.domains` when the domains' databases live outside it), runs every LLM tool x expert on a
-seeded sample per category (`toolorchestra.preferences.describe`), and writes the described
+seeded sample per category (`toolorchestra.describe.descriptions`), and writes the described
 catalog to `outs.catalog` (`data/catalog/tools.json`), validated by the catalog model, with
 relative paths rebased to its new folder. Per tool/model/category figures go to MLflow as a table
 (`describe/tool_stats.json`) and as metrics `accuracy/<tool>/<model>/<category>`.
@@ -19,28 +19,26 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from pipelines._stage import StageParams, StagePaths
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.fs import atomic_write_json
 from toolorchestra.core.settings import Settings
-from toolorchestra.preferences.describe import describe_catalog, relocated_dict
-from toolorchestra.preferences.measure import DescribeConfig, Measurement
-from toolorchestra.preferences.pool import load_pool
+from toolorchestra.describe.descriptions import describe_catalog, relocated_dict
+from toolorchestra.describe.measure import DescribeConfig, Measurement
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.tools.catalog import load_catalog, parse_catalog
 
 
 class Params(StageParams):
+    REQUIRED_DEPS = {"catalog": "toolorchestra/tools/catalogs/embedded.yaml", "tasks": "data/validated"}
+    REQUIRED_OUTS = {"catalog": "data/catalog/tools.json"}
+
     seed: int = 0
     summarizer: str | None = Field(None, description="catalog model alias that summarises trajectories")
     measure: DescribeConfig = DescribeConfig()
 
     @model_validator(mode="after")
     def _paths(self) -> Params:
-        for where, mapping, key in (("deps", self.deps, "catalog"), ("deps", self.deps, "tasks"),
-                                    ("outs", self.outs, "catalog")):
-            if key not in mapping:
-                raise ValueError(f"{where}.{key} is required (e.g. deps: {{catalog: ..., tasks: data/validated}}, "
-                                 "outs: {catalog: data/catalog/tools.json})")
         if "seed" in self.measure.model_fields_set:
             raise ValueError("set the seed once, as describe.seed (or base.seed), not measure.seed")
         return self

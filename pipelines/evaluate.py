@@ -30,15 +30,14 @@ after the champion changes outside the flow. Run: `orchestra stage evaluate` (dv
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from pipelines._stage import StageParams, StagePaths
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.core.settings import Settings, load_settings
+from toolorchestra.episodes.environment import EpisodeConfig
 from toolorchestra.evaluation.benchmarks import (
     BenchmarkSpec,
     HeldOut,
@@ -46,38 +45,11 @@ from toolorchestra.evaluation.benchmarks import (
     QASpec,
     ToolScaleSpec,
 )
+from toolorchestra.evaluation.judges import JudgeConfig
+from toolorchestra.evaluation.methods import CANDIDATE, MethodsConfig
 from toolorchestra.evaluation.runner import PromptConfig
-from toolorchestra.llm.config import LLMConfig
-from toolorchestra.rl.episodes import EpisodeConfig
 
 log = logging.getLogger(__name__)
-_STRICT = ConfigDict(extra="forbid", frozen=True)
-CANDIDATE, CHAMPION = "trained", "champion"
-
-
-class MethodsConfig(BaseModel):
-    model_config = _STRICT
-
-    champion: bool = True
-    prompted: bool = True
-    experts: list[str] | Literal["all"] = Field("all", description="catalog model aliases, `all`, or [] for none")
-    random_router: bool = True
-
-
-class JudgeConfig(BaseModel):
-    """The LLM judge used when exact match fails: a catalog model alias or an explicit endpoint."""
-
-    model_config = _STRICT
-
-    model: str | None = None
-    backend: LLMConfig | None = None
-    max_tokens: int = Field(8, ge=1)
-
-    @model_validator(mode="after")
-    def _one(self) -> JudgeConfig:
-        if self.model and self.backend:
-            raise ValueError("judge: give either `model` (a catalog alias) or `backend` (an endpoint), not both")
-        return self
 
 
 def _default_benchmarks() -> list[Any]:
@@ -86,6 +58,8 @@ def _default_benchmarks() -> list[Any]:
 
 
 class Params(StageParams):
+    REQUIRED_OUTS = {"report": "reports/eval"}
+
     seed: int = 0
     model: str | None = Field(None, description="registry ref or folder evaluated instead of deps.model")
     registered_model: str = Field("orchestrator", min_length=1)
@@ -102,10 +76,6 @@ class Params(StageParams):
 
     @model_validator(mode="after")
     def _check(self) -> Params:
-        if "report" not in self.outs:
-            raise ValueError("outs.report is required (e.g. reports/eval)")
-        if Path(self.outs["report"]).suffix:
-            raise ValueError("outs.report must be a folder path (no file suffix)")
         if self.model is None and "model" not in self.deps:
             raise ValueError("deps.model is required (the checkpoint, e.g. models/orchestrator), or set `model`")
         kinds = {b.kind for b in self.benchmarks}
@@ -119,27 +89,6 @@ class Params(StageParams):
 # ------------------------------------------------------------------------------ inputs
 
 
-def _load_candidate(params: Params, paths: StagePaths, settings: Settings) -> dict[str, Any]:
-    """The candidate's policy, catalog, manifest, weights hash and provenance."""
-    from toolorchestra.registry.bundle import weights_sha256
-
-    ref = params.model
-    if ref is not None and ref.startswith("models:/"):
-        from toolorchestra.registry.policy import load_registered
-
-        model = load_registered(ref, settings, device=params.device)
-        return {"llm": model.llm, "catalog": model.catalog, "manifest": model.manifest, "ref": model.ref,
-                "sha": model.manifest.get("weights_sha256"), "version": model.version}
-    from toolorchestra.rl.checkpoint import load_orchestrator
-
-    folder = Path(ref).expanduser() if ref is not None else paths.deps["model"]
-    if not folder.is_absolute():
-        folder = paths.workspace / folder
-    llm, catalog, manifest = load_orchestrator(folder, device=params.device)
-    llm.model = "trained"
-    return {"llm": llm, "catalog": catalog, "manifest": manifest, "ref": str(folder), "sha": weights_sha256(folder)}
-
-
 def _preference_pairs(paths: StagePaths) -> list[Any] | None:
     from toolorchestra.preferences.pairs import load_pairs
 
@@ -149,109 +98,7 @@ def _preference_pairs(paths: StagePaths) -> list[Any] | None:
     return load_pairs(source / "eval.jsonl" if source.is_dir() else source)
 
 
-def _judge(params: Params, catalog: Any, settings: Settings, llm_for: Callable[[str], Any]) -> Any:
-    from toolorchestra.evaluation.judges import LLMJudge
-    from toolorchestra.llm.config import build_llm
-
-    if params.judge.model:
-        if params.judge.model not in catalog.models:
-            raise ConfigError(None, f"judge model {params.judge.model!r} is not a catalog model alias; known: "
-                              f"{sorted(catalog.models)}", key="evaluate.judge.model")
-        return LLMJudge(llm_for(params.judge.model), max_tokens=params.judge.max_tokens, name=params.judge.model)
-    if params.judge.backend is not None:
-        return LLMJudge(build_llm(params.judge.backend, settings), max_tokens=params.judge.max_tokens)
-    return None
-
-
-def _champion(params: Params, candidate: dict[str, Any], settings: Settings) -> tuple[Any | None, str]:
-    """(the registry's champion or None, why it is not evaluated)."""
-    if not params.methods.champion:
-        return None, "champion evaluation disabled (methods.champion: false)"
-    from toolorchestra.registry.policy import load_registered
-    from toolorchestra.registry.store import CHAMPION as ALIAS
-    from toolorchestra.registry.store import alias_version, client_for
-
-    version = alias_version(client_for(settings), params.registered_model, ALIAS)
-    if version is None:
-        return None, f"no champion of {params.registered_model!r} in the registry yet"
-    if candidate["sha"] and version.tags.get("orchestra.weights_sha256") == candidate["sha"]:
-        return None, f"the champion (version {version.version}) has the candidate's weights"
-    return load_registered(f"models:/{params.registered_model}/{version.version}", settings, device=params.device), ""
-
-
-def build_methods(params: Params, candidate: dict[str, Any], catalog: Any, settings: Settings,
-                  llm_for: Callable[[str], Any]) -> tuple[list[Any], dict[str, Any], list[str]]:
-    """(methods, champion info for the report, notes)."""
-    from toolorchestra.evaluation import methods as m
-    from toolorchestra.llm.config import LocalLLMConfig, build_llm
-
-    manifest = candidate["manifest"]
-    alias = manifest.get("policy_alias") or catalog.policy
-    notes: list[str] = []
-    out = [m.orchestrator(CANDIDATE, candidate["llm"], policy_alias=alias, role="candidate",
-                          description=f"the trained orchestrator ({candidate['ref']})", model=candidate["ref"],
-                          weights_sha256=candidate["sha"])]
-    champion_info: dict[str, Any] = {}
-    champion, why = _champion(params, candidate, settings)
-    if champion is not None:
-        out.append(m.orchestrator(CHAMPION, champion.llm, policy_alias=champion.policy_alias, role="champion",
-                                  description=f"the current champion ({champion.ref})", model=champion.ref,
-                                  version=champion.version))
-        champion_info = {"method": CHAMPION, "version": champion.version, "ref": champion.ref,
-                         "weights_sha256": champion.manifest.get("weights_sha256")}
-    else:
-        notes.append(why)
-    if params.methods.prompted:
-        base = manifest.get("base_model")
-        if base:
-            policy = build_llm(LocalLLMConfig(model=str(base), device=params.device), settings)
-            out.append(m.orchestrator("prompted", policy, policy_alias=alias,
-                                      description=f"the untrained base model `{base}`, prompted"))
-        else:
-            notes.append("the checkpoint names no base model: the prompted orchestrator was skipped")
-    if params.methods.experts:
-        chosen = None if params.methods.experts == "all" else list(params.methods.experts)
-        out.extend(m.expert_methods(catalog, llm_for, chosen))
-    if params.methods.random_router:
-        out.append(m.random_router(catalog, seed=params.seed, max_turns=params.episode.max_turns))
-    return out, champion_info, notes
-
-
 # ------------------------------------------------------------------------------ outputs
-
-
-def stage_metrics(run: Any) -> dict[str, float]:
-    """The candidate's headline metrics and `eval/<method>/<benchmark>/<metric>` for every method."""
-    out: dict[str, float] = {}
-    for method, per in run.summary.items():
-        for bench, metrics in per.items():
-            for key in ("accuracy", "cost_mean", "latency_mean", "format_valid_rate"):
-                out[f"eval/{method}/{bench}/{key}"] = float(getattr(metrics, key))
-            if metrics.adherence is not None:
-                out[f"eval/{method}/{bench}/adherence"] = float(metrics.adherence)
-        n = sum(1 for r in run.records if r.method == method)
-        if run.seconds.get(method):
-            out[f"eval/{method}/episodes_per_s"] = n / run.seconds[method]
-    cand = run.summary[CANDIDATE]["overall"]
-    out.update({"accuracy": cand.accuracy, "cost_mean": cand.cost_mean, "latency_mean": cand.latency_mean,
-                "format_valid_rate": cand.format_valid_rate, "eval_tasks": float(cand.n)})
-    if cand.adherence is not None:
-        out["adherence"] = cand.adherence
-    return out
-
-
-def per_task_row(record: dict[str, Any]) -> dict[str, Any]:
-    """A per-task result without its trajectory, for the table artifact (trajectories stay in
-    `eval/per_task.jsonl`)."""
-    import json
-
-    judgement = record.get("judgement") or {}
-    return {"method": record["method"], "benchmark": record["benchmark"], "task_id": record["task_id"],
-            "variant": record["variant"], "preference": record.get("preference_kind"),
-            "correct": record["correct"], "judge": judgement.get("method"), "answered": record["answered"],
-            "format_valid": record["format_valid"], "cost_usd": record["cost_usd"], "latency_s": record["latency_s"],
-            "turns": record["turns"], "stop_reason": record.get("stop_reason"),
-            "tool_calls": json.dumps(record.get("tool_calls") or {}, sort_keys=True)}
 
 
 def _log_to_mlflow(folder: Path, files: dict[str, Path]) -> None:
@@ -263,6 +110,8 @@ def _log_to_mlflow(folder: Path, files: dict[str, Path]) -> None:
 
     import pandas as pd
 
+    from toolorchestra.evaluation.report import per_task_row
+
     # The table as MLflow's table artifact (shown in the UI) beside the report folder's own files.
     mlflow.log_table(data=pd.DataFrame(json.loads(files["table"].read_text())), artifact_file="evaluation/table.json")
     rows = [json.loads(line) for line in files["per_task"].read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -271,42 +120,28 @@ def _log_to_mlflow(folder: Path, files: dict[str, Path]) -> None:
     mlflow.set_tag("orchestra.eval.fingerprint", json.loads(files["metrics"].read_text())["fingerprint"])
 
 
-def report_markdown(workspace: Path, params_file: str = "params.yaml") -> str | None:
-    """The evaluate stage's `report.md` with the Pareto plot embedded (a data URI), for a Prefect
-    markdown artifact published by the flow; None when there is no report."""
-    import base64
-
-    from pipelines.runner import stage_output
-
-    folder = stage_output(workspace, "evaluate", "report", "reports/eval", params_file)
-    if not (folder / "report.md").is_file():
-        return None
-    text = (folder / "report.md").read_text(encoding="utf-8")
-    plot = folder / "pareto.png"
-    if plot.is_file():
-        text += f"\n![cost vs accuracy](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})\n"
-    return text
-
-
-def run(params: Params, paths: StagePaths, *, settings: Settings | None = None,
-        llm_for: Callable[[str], Any] | None = None) -> dict[str, float]:
+def run(params: Params, paths: StagePaths) -> dict[str, float]:
     from toolorchestra.evaluation.benchmarks import build_benchmarks, training_task_ids
-    from toolorchestra.evaluation.report import write_report
+    from toolorchestra.evaluation.judges import build_judge
+    from toolorchestra.evaluation.methods import build_methods
+    from toolorchestra.evaluation.report import headline_metrics, write_report
     from toolorchestra.evaluation.runner import EvalConfig, evaluate
     from toolorchestra.llm.config import build_llm
+    from toolorchestra.registry.policy import champion_to_compare, load_candidate
 
-    settings = settings or load_settings(workspace=paths.workspace)
-    candidate = _load_candidate(params, paths, settings)
-    catalog = candidate["catalog"]
+    settings = paths.settings
+    candidate = load_candidate(params.model, paths.deps.get("model", paths.workspace), paths.workspace, settings,
+                               device=params.device)
+    catalog = candidate.catalog
     if params.tools is not None:
         unknown = sorted(set(params.tools) - {t.name for t in catalog.tools})
         if unknown:
             raise ConfigError(None, f"tools {unknown} are not in the model's catalog; known: "
                               f"{[t.name for t in catalog.tools]}", key="evaluate.tools")
         catalog = catalog.subset(params.tools)
-    if llm_for is None:
-        def llm_for(alias: str) -> Any:
-            return build_llm(catalog.models[alias].backend, settings)
+
+    def llm_for(alias: str) -> Any:
+        return build_llm(catalog.models[alias].backend, settings)
 
     train_ids = training_task_ids(paths.deps.get("dataset"))
     benchmarks = build_benchmarks(
@@ -314,16 +149,23 @@ def run(params: Params, paths: StagePaths, *, settings: Settings | None = None,
         heldout=params.heldout, train_ids=train_ids, preference_pairs=_preference_pairs(paths),
         domains_root=paths.deps.get("domains"), tools=[t.name for t in catalog.tools],
     )
-    methods, champion, notes = build_methods(params, candidate, catalog, settings, llm_for)
-    judge = _judge(params, catalog, settings, llm_for)
+    champion, champion_note = (champion_to_compare(params.registered_model, candidate.sha, settings,
+                                                   device=params.device)
+                               if params.methods.champion else (None, "champion evaluation disabled "
+                                                                      "(methods.champion: false)"))
+    methods, champion_info, notes = build_methods(
+        params.methods, candidate=candidate, champion=champion, champion_note=champion_note, catalog=catalog,
+        settings=settings, llm_for=llm_for, seed=params.seed, max_turns=params.episode.max_turns,
+        device=params.device)
+    judge = build_judge(params.judge, catalog, settings, llm_for)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         seed=params.seed, adherence_margin=params.adherence_margin)
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
                       llm_for=llm_for, progress=log.info)
     folder = paths.outs["report"]
-    files = write_report(result, folder, title=f"Evaluation of {candidate['ref']}", notes=notes,
-                         candidate=CANDIDATE, champion=champion or None, model=candidate["ref"],
-                         weights_sha256=candidate["sha"], registered_model=params.registered_model,
+    files = write_report(result, folder, title=f"Evaluation of {candidate.ref}", notes=notes,
+                         candidate=CANDIDATE, champion=champion_info or None, model=candidate.ref,
+                         weights_sha256=candidate.sha, registered_model=params.registered_model,
                          judge={"model": judge.name if judge else None}, train_set_known=train_ids is not None)
     _log_to_mlflow(folder, files)
-    return stage_metrics(result)
+    return headline_metrics(result)

@@ -4,7 +4,7 @@ Reads the described catalog (`deps.catalog`) and the validated tasks (`deps.task
 when the domains' databases live outside it). Generates pairs from the template grammar and/or an
 LLM proposer checked by a verifier (`proposer` / `verifier`: catalog model aliases), validates them
 with a Great Expectations suite, checks every pair against the real reward
-(`toolorchestra.rl.reward.group_rewards`), splits them (held-out kinds only in eval), assembles
+(`toolorchestra.episodes.reward.group_rewards`), splits them (held-out kinds only in eval), assembles
 train/eval instances with random tool subsets and perturbed prices, and writes:
 
 - `outs.preferences` (`data/preferences/`): `train.jsonl`, `eval.jsonl`, `report.json`;
@@ -22,9 +22,10 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from pipelines._stage import StageParams, StagePaths
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.assemble import AssemblyConfig
 from toolorchestra.preferences.build import (
     GeneratorConfig,
@@ -33,12 +34,14 @@ from toolorchestra.preferences.build import (
     build_preferences,
     write_outputs,
 )
-from toolorchestra.preferences.pool import load_pool
 from toolorchestra.preferences.split import SplitConfig
 from toolorchestra.tools.catalog import Catalog, load_catalog
 
 
 class Params(StageParams):
+    REQUIRED_DEPS = {"catalog": "data/catalog/tools.json", "tasks": "data/validated"}
+    REQUIRED_OUTS = {"preferences": "data/preferences", "datasets": "data/datasets"}
+
     seed: int = 0
     proposer: str | None = Field(None, description="catalog model alias that proposes pairs (LLM source)")
     verifier: str | None = Field(None, description="catalog model alias that checks proposed pairs")
@@ -48,12 +51,6 @@ class Params(StageParams):
 
     @model_validator(mode="after")
     def _check(self) -> Params:
-        for where, mapping, key in (("deps", self.deps, "catalog"), ("deps", self.deps, "tasks"),
-                                    ("outs", self.outs, "preferences"), ("outs", self.outs, "datasets")):
-            if key not in mapping:
-                raise ValueError(f"{where}.{key} is required (deps: {{catalog: data/catalog/tools.json, "
-                                 "tasks: data/validated}, outs: {preferences: data/preferences, "
-                                 "datasets: data/datasets})")
         for name, section in (("split", self.split), ("assembly", self.assembly), ("generator.llm", self.generator.llm)):
             if "seed" in section.model_fields_set:
                 raise ValueError(f"set the seed once, as preferences.seed (or base.seed), not {name}.seed")
@@ -100,8 +97,6 @@ def make_preferences(params: Params, *, catalog_path: Path, tasks_path: Path, pr
                      llms: dict[str, Any] | None = None) -> tuple[dict[str, float], PreferenceBuild]:
     """Build and write everything into the two (staged) folders; returns metrics and the build.
     `llms` may supply the proposer / verifier backends directly (by role)."""
-    from toolorchestra.rl.reward import group_rewards
-
     catalog = load_catalog(catalog_path)
     pool = load_pool(tasks_path, domains_root=domains_path)
     if not len(pool):
@@ -112,7 +107,7 @@ def make_preferences(params: Params, *, catalog_path: Path, tasks_path: Path, pr
     verifier = llms.get("verifier") or _llm(catalog, params.verifier, "verifier", catalog_path, settings)
     config = params.config()
     try:
-        build = build_preferences(catalog, pool, config, reward_fn=group_rewards, seed=params.seed,
+        build = build_preferences(catalog, pool, config, seed=params.seed,
                                   proposer=proposer, verifier=verifier)
     except ValueError as exc:  # an unknown kind or similar parameter problem
         raise ConfigError(None, str(exc), key="preferences") from None

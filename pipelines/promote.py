@@ -6,11 +6,8 @@ stage's folder, `reports/eval`, which holds the candidate and the re-evaluated c
 same tasks). Registry state (the current `champion`) is read from MLflow.
 
 Phases:
-1. **plan** (`plan_promotion`): check the report evaluated this checkpoint (weights hash); find
-   the current champion; read both from the report, pooled over `gate.benchmarks`; decide with the
-   gate (`toolorchestra.registry.gate`). A champion the report did not evaluate (it changed after
-   the evaluation) refuses promotion with that reason; a champion with the same weights means
-   nothing to promote;
+1. **plan** (`toolorchestra.registry.promotion.plan_promotion`): check the report evaluated this
+   checkpoint, find the current champion, decide with the gate;
 2. **register**: log the model (transformers weights + the pyfunc that runs the whole loop with its
    catalog) in this stage's MLflow run, register a new version of `registered_model`, set
    `challenger` on it, and `champion` when the gate passed;
@@ -23,169 +20,17 @@ Output (`outs.card`, `reports/promote/`): `model_card.md`, `decision.json`. `dry
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import Field, model_validator
-
-from pipelines._stage import StageParams, StagePaths
-from toolorchestra.core.errors import ConfigError
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.fs import atomic_write_json, atomic_write_text
-from toolorchestra.core.settings import Settings, load_settings
-from toolorchestra.registry.gate import Decision, GateConfig, Scores, decide, pooled_scores
+from toolorchestra.registry.promotion import PromotionConfig, decision_record, plan_promotion, render_card, version_tags
 
 
-class Params(StageParams):
-    registered_model: str = Field("orchestrator", min_length=1)
-    candidate: str = Field("trained", description="the report's method that is the candidate")
-    gate: GateConfig = GateConfig()
-    dry_run: bool = False
-    max_corpus_mb: float = Field(64.0, ge=0, description="local-search corpora up to this size travel with the model")
-
-    @model_validator(mode="after")
-    def _check(self) -> Params:
-        for where, mapping, key, example in (("deps", self.deps, "model", "models/orchestrator"),
-                                             ("deps", self.deps, "report", "reports/eval"),
-                                             ("outs", self.outs, "card", "reports/promote")):
-            if key not in mapping:
-                raise ValueError(f"{where}.{key} is required (e.g. {example})")
-        return self
+class Params(StageParams, PromotionConfig):
+    REQUIRED_DEPS = {"model": "models/orchestrator", "report": "reports/eval"}
+    REQUIRED_OUTS = {"card": "reports/promote"}
 
 
-@dataclass
-class Plan:
-    decision: Decision
-    candidate: Scores
-    champion: Scores | None
-    champion_version: str | None
-    report: dict[str, Any]
-    manifest: dict[str, Any]
-    lock: dict[str, Any]
-    identical_to: str | None = None
-    """The champion's version when it already has the candidate's weights (nothing to register)."""
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return "identical" if self.identical_to else self.decision.label
-
-
-def read_report(folder: Path) -> dict[str, Any]:
-    path = folder / "metrics.json"
-    if not path.is_file():
-        raise ConfigError(folder, "no metrics.json: run the evaluate stage first")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(path, f"not JSON: {exc.msg}") from None
-
-
-def _read_lock(workspace: Path) -> dict[str, Any]:
-    path = workspace / "dvc.lock"
-    if not path.is_file():
-        return {}
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
-        return {}
-
-
-def plan_promotion(params: Params, *, model: Path, report_dir: Path, workspace: Path, settings: Settings) -> Plan:
-    """Phase 1 (module docstring): everything the gate decides from; registers nothing."""
-    from toolorchestra.registry.bundle import weights_sha256
-    from toolorchestra.registry.store import CHAMPION, alias_version, client_for
-    from toolorchestra.rl.checkpoint import read_manifest
-
-    report = read_report(report_dir)
-    summary = report.get("summary") or {}
-    if params.candidate not in summary:
-        raise ConfigError(report_dir / "metrics.json", f"no method {params.candidate!r} in the report; it has "
-                          f"{sorted(summary)}", key="promote.candidate")
-    sha = weights_sha256(model)
-    if report.get("weights_sha256") and report["weights_sha256"] != sha:
-        raise ConfigError(report_dir / "metrics.json", f"the report evaluated other weights than {model} "
-                          "(weights hash differs): re-run the evaluate stage", key="weights_sha256")
-    manifest = {**read_manifest(model), "weights_sha256": sha}
-    try:
-        candidate = pooled_scores(summary[params.candidate], params.gate.benchmarks)
-    except KeyError as exc:
-        raise ConfigError(None, str(exc.args[0]), key="promote.gate.benchmarks") from None
-    current = alias_version(client_for(settings), params.registered_model, CHAMPION)
-    evaluated = report.get("champion") or {}
-    lock = _read_lock(workspace)
-    if current is not None and current.tags.get("orchestra.weights_sha256") == sha:
-        decision = Decision(promote=False, checks=[])
-        return Plan(decision, candidate, None, str(current.version), report, manifest, lock,
-                    identical_to=str(current.version),
-                    notes=[f"the champion (version {current.version}) already has these weights: nothing to promote"])
-    if current is None:
-        return Plan(decide(candidate, None, params.gate), candidate, None, None, report, manifest, lock)
-    if str(evaluated.get("version")) != str(current.version) or evaluated.get("method") not in summary:
-        from toolorchestra.registry.gate import Check
-
-        seen = f"version {evaluated['version']}" if evaluated.get("version") else "no champion"
-        decision = Decision(promote=False, checks=[Check(
-            name="same_evaluation", passed=False,
-            reason=(f"the champion is version {current.version} but the evaluation compared against {seen}: "
-                    "re-run the evaluate stage (orchestra run --force evaluate)"))])
-        return Plan(decision, candidate, None, str(current.version), report, manifest, lock)
-    champion = pooled_scores(summary[evaluated["method"]], params.gate.benchmarks)
-    return Plan(decide(candidate, champion, params.gate), candidate, champion, str(current.version), report,
-                manifest, lock)
-
-
-def render_card(params: Params, plan: Plan, *, version: str | None, run_id: str | None) -> str:
-    from toolorchestra.registry.card import model_card
-
-    champion = plan.report.get("champion") if plan.champion is not None else None
-    return model_card(name=params.registered_model, version=version, run_id=run_id, manifest=plan.manifest,
-                      decision=plan.decision, gate=params.gate, report=plan.report, candidate=params.candidate,
-                      champion=champion, lock=plan.lock, extra_limits=plan.notes)
-
-
-def decision_record(params: Params, plan: Plan, version: str | None) -> dict[str, Any]:
-    return {
-        "decision": plan.label, "promoted": plan.decision.promote, "reasons": plan.decision.reasons + plan.notes,
-        "version": version, "registered_model": params.registered_model,
-        "champion_version_before": plan.champion_version, "candidate": plan.candidate.model_dump(),
-        "champion": plan.champion.model_dump() if plan.champion else None, "gate": params.gate.model_dump(),
-        "fingerprint": plan.report.get("fingerprint"), "weights_sha256": plan.manifest["weights_sha256"],
-        "dry_run": params.dry_run,
-    }
-
-
-def version_tags(params: Params, plan: Plan) -> dict[str, str]:
-    c = plan.candidate
-    return {
-        "orchestra.gate.decision": plan.label,
-        "orchestra.gate.reasons": " | ".join(plan.decision.reasons + plan.notes),
-        "orchestra.gate.champion_version": plan.champion_version or "none",
-        "orchestra.gate.config": json.dumps(params.gate.model_dump(), sort_keys=True),
-        "orchestra.eval.fingerprint": str(plan.report.get("fingerprint")),
-        "orchestra.eval.accuracy": f"{c.accuracy:.6g}", "orchestra.eval.cost_mean": f"{c.cost_mean:.6g}",
-        "orchestra.eval.latency_mean": f"{c.latency_mean:.6g}", "orchestra.eval.tasks": str(c.n),
-        "orchestra.weights_sha256": plan.manifest["weights_sha256"],
-    }
-
-
-def card_markdown(workspace: Path, params_file: str = "params.yaml") -> str | None:
-    """The promotion's decision (one line) and model card, for a Prefect markdown artifact
-    published by the flow; None when the stage has not written them."""
-    from pipelines.runner import stage_output
-
-    folder = stage_output(workspace, "promote", "card", "reports/promote", params_file)
-    if not (folder / "model_card.md").is_file() or not (folder / "decision.json").is_file():
-        return None
-    decision = json.loads((folder / "decision.json").read_text(encoding="utf-8"))
-    head = (f"**Gate: {decision['decision']}** — {decision['registered_model']} version "
-            f"{decision['version'] or '(not registered)'}; " + ("; ".join(decision["reasons"]) or "no reasons recorded"))
-    return head + "\n\n" + (folder / "model_card.md").read_text(encoding="utf-8")
-
-
-def run(params: Params, paths: StagePaths, *, settings: Settings | None = None) -> dict[str, float]:
+def run(params: Params, paths: StagePaths) -> dict[str, float]:
     import mlflow
 
     from toolorchestra.registry.store import (
@@ -197,7 +42,7 @@ def run(params: Params, paths: StagePaths, *, settings: Settings | None = None) 
         set_alias,
     )
 
-    settings = settings or load_settings(workspace=paths.workspace)
+    settings = paths.settings
     plan = plan_promotion(params, model=paths.deps["model"], report_dir=paths.deps["report"],
                           workspace=paths.workspace, settings=settings)
     active = mlflow.active_run()

@@ -20,7 +20,7 @@ from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipelines._stage import StageParams, StagePaths
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.fanout import backend, fan_out
 from toolorchestra.envs.domain import Domain, load_domain
@@ -48,6 +48,8 @@ class LLMParams(BaseModel):
 
 
 class Params(StageParams):
+    REQUIRED_OUTS = {"toolscale": "data/toolscale", "qa": "data/qa"}
+
     seed: int = 0
     domains: list[str] = ["library", "clinic", "telecom"]
     db_size: int = Field(40, ge=2)
@@ -59,9 +61,6 @@ class Params(StageParams):
 
     @model_validator(mode="after")
     def _check(self) -> Params:
-        for key in ("toolscale", "qa"):
-            if key not in self.outs:
-                raise ValueError(f"outs.{key} is required (e.g. data/{key})")
         for name in self.domains:
             embedded_spec(name)
         return self

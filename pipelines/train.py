@@ -27,25 +27,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import model_validator
-
-from pipelines._stage import StageParams, StagePaths
-from toolorchestra.core.settings import Settings, load_settings
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.rl.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
 class Params(StageParams, TrainConfig):
-    @model_validator(mode="after")
-    def _paths(self) -> Params:
-        if "tasks" not in self.deps:
-            raise ValueError("deps.tasks is required (the validated tasks, e.g. data/validated)")
-        if "model" not in self.outs:
-            raise ValueError("outs.model is required (e.g. models/orchestrator)")
-        if Path(self.outs["model"]).suffix:
-            raise ValueError("outs.model must be a folder path (no file suffix)")
-        return self
+    REQUIRED_DEPS = {"tasks": "data/validated"}
+    REQUIRED_OUTS = {"model": "models/orchestrator"}
 
 
 def train_config(params: Params) -> TrainConfig:
@@ -54,7 +44,9 @@ def train_config(params: Params) -> TrainConfig:
 
 def load_inputs(config: TrainConfig, deps: dict[str, Path]) -> tuple[Any, list[Any], Any]:
     """(catalog, training instances, domain locator) from the stage's inputs."""
-    from toolorchestra.rl.instances import DomainLocator, build_instances, load_instances
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.episodes.rows import load_instances
+    from toolorchestra.preferences.assemble import build_instances
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
 
     catalog = load_catalog(deps["catalog"]) if "catalog" in deps else load_embedded_catalog()
@@ -86,10 +78,10 @@ def system_metrics() -> Iterator[None]:
         monitor.finish()
 
 
-def run(params: Params, paths: StagePaths, *, settings: Settings | None = None) -> dict[str, float]:
+def run(params: Params, paths: StagePaths) -> dict[str, float]:
     import mlflow
 
-    settings = settings or load_settings(workspace=paths.workspace)
+    settings = paths.settings
     config = train_config(params)
     out = paths.outs["model"]
     if config.backend == "verl":

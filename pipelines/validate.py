@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
-from pipelines._stage import StageParams, StagePaths
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.synthesis.validation import PassAtK, ValidationConfig, domain_dirs, validate_domains
 
 
 class Params(StageParams):
+    REQUIRED_DEPS = {"toolscale": "data/toolscale"}
+    REQUIRED_OUTS = {"validated": "data/validated", "report": "reports/validation"}
+
     min_actions: int = 1
     max_actions: int = 30
     min_tasks_per_domain: int = 1
@@ -26,12 +29,6 @@ class Params(StageParams):
 
     @model_validator(mode="after")
     def _check(self) -> Params:
-        for key in ("toolscale",):
-            if key not in self.deps:
-                raise ValueError(f"deps.{key} is required (e.g. data/{key})")
-        for key in ("validated", "report"):
-            if key not in self.outs:
-                raise ValueError(f"outs.{key} is required")
         if self.max_actions < self.min_actions:
             raise ValueError("max_actions must be >= min_actions")
         return self

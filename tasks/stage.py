@@ -7,10 +7,10 @@ from pathlib import Path
 from prefect import task
 from prefect.tasks import exponential_backoff
 
-from pipelines.graph import StageFailed, StageOutcome, reproduce
+from stagekit.graph import StageFailed, StageOutcome, reproduce
 
 
-def _transient_only(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's callback signature
+def _transient_only(task, task_run, state) -> bool:
     """Retry crashes and lock contention; never bad parameters or data (they fail the same again)."""
     try:
         state.result(raise_on_failure=True)

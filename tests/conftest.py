@@ -1,4 +1,5 @@
-"""Suite-wide test settings: no telemetry, no hub downloads, deterministic threads."""
+"""Suite-wide test settings: no telemetry, no hub downloads, deterministic threads; `gpu` tests skip
+without CUDA."""
 
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ import pytest  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` skip (with the reason) where CUDA is not available; elsewhere they run."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (marked gpu); torch.cuda.is_available() is False here")
+    for item in gpu:
+        item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The real SmolLM2-135M-Instruct as a transformers folder (converted once, then cached in
@@ -38,7 +53,7 @@ def smollm2_dir() -> Path:
 def tiny_llm(smollm2_dir: Path):
     """A random-weight model of SmolLM2's architecture (Llama) with the real tokenizer and chat
     template: fast, and exercises the same code paths as the real model."""
-    from tiny_models import tiny_llama
+    from helpers.tiny_models import tiny_llama
     from transformers import AutoTokenizer
 
     from toolorchestra.llm.local import LocalLLM

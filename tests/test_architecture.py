@@ -17,7 +17,7 @@ def test_import_contracts_hold():
 def test_library_import_is_light():
     """Importing the library and building a catalog must not pull heavy frameworks."""
     code = (
-        "import sys, toolorchestra.agent.loop, toolorchestra.tools.catalog, toolorchestra.rl.reward;"
+        "import sys, toolorchestra.agent.loop, toolorchestra.tools.catalog, toolorchestra.episodes.reward;"
         "heavy = {'mlflow', 'prefect', 'dvc', 'ray', 'great_expectations', 'torch', 'faiss'} & set(sys.modules);"
         "print(sorted(heavy))"
     )

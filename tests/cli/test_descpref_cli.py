@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers.pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data, write_validated
 
 import orchestra_cli.descpref  # noqa: F401  (registers the commands; the lead adds it to commands.py)
 from orchestra_cli.main import main
 from toolorchestra.tools.catalog import load_catalog
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "preferences"))
-from pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data, write_validated  # noqa: E402
 
 
 @pytest.fixture

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
+from helpers.third_party import third_party
 from typer.testing import CliRunner
 
 import orchestra_cli.toolscale  # noqa: F401 - registers the commands
 from orchestra_cli.main import app, main
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 runner = CliRunner()
 
 
@@ -34,10 +32,8 @@ def test_synthesize_then_validate_an_embedded_domain(tmp_path):
     assert "validation suite FAILED" in failing.output and "column=n_actions" in failing.output
 
 
-def test_synthesize_a_shared_domain_folder(tmp_path):
-    source = SHARED / "toolscale" / "restaurant"
-    if not source.exists():
-        pytest.skip(f"third-party test data {source} is absent (see ../shared/data/README.md)")
+def test_synthesize_a_vendored_domain_folder(tmp_path):
+    source = third_party("toolscale", "restaurant")
     result = runner.invoke(app, ["synthesize", "--domain", str(source), "--out", str(tmp_path / "r"), "--tasks", "50"])
     assert result.exit_code == 0, result.output
     assert len(json.loads((tmp_path / "r/tasks.json").read_text())) == 50

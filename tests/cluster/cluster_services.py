@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from workspaces import REPO, git, make_project_workspace  # noqa: F401 - git is re-exported to the tests
+import yaml
+from helpers.workspaces import REPO, TINY_PROFILE, git, make_project_workspace  # noqa: F401 - git is re-exported to the tests
 
 BIN = Path(sys.executable).parent
 # Secrets planted in the environment of every server and worker: they must never reach MLflow
@@ -46,9 +47,6 @@ PLANTED = {
     "mlflow_password": f"mlpw-{_TOKEN}",
 }
 AWS_KEY_ID = "orchestra-test"
-TINY = {
-    "synthesize": {"domains": ["library"], "db_size": 12, "tasks_per_domain": 6, "qa_per_domain": 4},
-}
 
 
 def free_port() -> int:
@@ -71,8 +69,9 @@ def base_env(**extra: str) -> dict[str, str]:
 
 def make_cluster_workspace(root: Path, overrides: dict | None = None) -> Path:
     """A git + DVC workspace like the project (with the flows and prefect.yaml, so a Prefect
-    worker can run the deployment from it), tiny parameters, committed."""
-    return make_project_workspace(root, {**TINY, **(overrides or {})}, folders=("flows", "tasks"),
+    worker can run the deployment from it), the toy profile's synthesis sizes, committed."""
+    tiny = {"synthesize": yaml.safe_load(TINY_PROFILE.read_text())["synthesize"]}
+    return make_project_workspace(root, {**tiny, **(overrides or {})}, folders=("flows", "tasks"),
                                   files=("prefect.yaml",))
 
 

@@ -11,18 +11,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-
 from cluster_services import BIN, PLANTED, base_env, start_llama_server
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "evaluation"))
-from eval_fixtures import make_checkpoint  # noqa: E402
+from helpers.eval_fixtures import make_checkpoint
 
 pytestmark = pytest.mark.slow
 KEY_ENV = "ORCHESTRA_TEST_EXPERT_KEY"

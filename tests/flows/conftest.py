@@ -1,4 +1,5 @@
-"""A git + DVC workspace laid out like the project, with tiny parameters, and one Prefect harness."""
+"""A git + DVC workspace laid out like the project, on the CPU toy profile (params/tiny.yaml), and one
+Prefect harness."""
 
 from __future__ import annotations
 
@@ -6,34 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
-from workspaces import REPO, make_project_workspace
-
-TINY = {
-    "synthesize": {"domains": ["library"], "db_size": 12, "tasks_per_domain": 6, "qa_per_domain": 4},
-    "describe": {"measure": {"samples_per_category": 1, "categories": ["qa_numeric", "qa_lookup"],
-                             "max_turns": 2, "max_tokens": 32, "max_workers": 1}},
-    # train: a random-weight model of SmolLM2's architecture (see tiny_base_model) so the flow
-    # exercises SFT + GRPO + export in seconds; the real SmolLM2 trains in tests/toolorchestra/rl.
-    "train": {"device": "cpu", "data": {"kinds": ["tool_use"], "max_instances": 2, "max_actions": 3},
-              "episode": {"max_turns": 2, "max_tokens": 16, "max_domain_tools": 3},
-              "sft": {"steps": 1, "batch_size": 2, "max_examples": 2},
-              "grpo": {"steps": 1, "num_generations": 2, "max_completion_length": 128}},
-    "evaluate": {"benchmarks": [{"name": "toolscale", "kind": "toolscale", "max_tasks": 1},
-                                {"name": "qa", "kind": "qa", "max_tasks": 1},
-                                {"name": "preferences", "kind": "preferences", "max_tasks": 1}],
-                 "episode": {"max_turns": 2, "max_tokens": 16, "max_domain_tools": 3}, "device": "cpu",
-                 "tools": ["answer", "code_interpreter"]},
-    # The random-weight candidate is as accurate as anything on one task (0%): the gate passes
-    # on a first promotion, which is what the flow test checks.
-    "promote": {"gate": {"accuracy_tolerance": 0.05, "max_cost_ratio": 1.25, "min_format_valid_rate": 0.0}},
-}
+from helpers.workspaces import REPO, TINY_PROFILE, make_project_workspace
 
 
 def tiny_base_model(folder: Path) -> Path:
     """A random-weight Llama with SmolLM2's tokenizer and chat template, saved once per folder."""
     if (folder / "config.json").is_file():
         return folder
-    from tiny_models import tiny_llama
+    from helpers.tiny_models import tiny_llama
     from transformers import AutoTokenizer
 
     from toolorchestra.core.settings import Settings
@@ -45,9 +26,12 @@ def tiny_base_model(folder: Path) -> Path:
     return folder
 
 
-def make_workspace(root: Path, overrides: dict | None = None) -> Path:
-    tiny = {**TINY, "train": {**TINY["train"], "base_model": str(tiny_base_model(root.parent / "tiny-base"))}}
-    return make_project_workspace(root, {**tiny, **(overrides or {})})
+def make_workspace(root: Path) -> Path:
+    """The toy profile with a random-weight model of SmolLM2's architecture as the base model, so
+    the flow exercises SFT + GRPO + export in seconds (the real SmolLM2 trains in
+    tests/toolorchestra/rl)."""
+    base_model = {"train": {"base_model": str(tiny_base_model(root.parent / "tiny-base"))}}
+    return make_project_workspace(root, base_model, profile=TINY_PROFILE)
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import time
 import pytest
 import yaml
 
-from pipelines.graph import StageFailed, read_status
+from stagekit.graph import StageFailed
+from stagekit.status import read_status
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
 
@@ -33,9 +34,9 @@ def dvc_status(workspace):
 
 def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     from flows.retrain import retrain
-    from pipelines.lineage import lineage
+    from stagekit.lineage import lineage
 
-    from pipelines.graph import stage_order
+    from stagekit.graph import stage_order
 
     first = retrain(workspace=str(workspace))
     assert [o.stage for o in first] == stage_order(workspace) and all(o.ran for o in first)
@@ -57,7 +58,7 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     lock = yaml.safe_load((workspace / "dvc.lock").read_text())["stages"]
     for stage in info["stages"]:
         assert {o["path"]: o["md5"] for o in stage["outs"]} == {o["path"]: o["md5"] for o in lock[stage["stage"]]["outs"]}
-    from pipelines.tracking import git_commit
+    from stagekit.tracking import git_commit
 
     assert info["flow_run"]["git_commit"] == git_commit(workspace)[0]
     assert "dvc pull" in info["fetch"]
@@ -90,7 +91,6 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     # the same through the CLI an auditor / stakeholder uses
     from typer.testing import CliRunner
 
-    import orchestra_cli.commands  # noqa: F401 - registers the commands
     from orchestra_cli.main import app
 
     monkeypatch.chdir(workspace)

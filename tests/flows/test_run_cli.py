@@ -61,3 +61,21 @@ def test_concurrent_runs_on_one_workspace(workspace):
     # with --wait the second run queues behind the first instead of failing
     waiting = [start(workspace, "--until", "validate", "--wait", "300") for _ in range(2)]
     assert [p.wait(timeout=400) for p in waiting] == [0, 0]
+
+
+def test_run_with_the_toy_profile_file(tmp_path, monkeypatch):
+    """`orchestra run --params params/tiny.yaml` on a workspace with the default params.yaml: the
+    profile replaces params.yaml (which DVC reads) and the stages run with its sizes."""
+    from helpers.workspaces import TINY_PROFILE, make_project_workspace
+
+    for key in [k for k in os.environ if k.startswith("ORCHESTRA_")]:
+        monkeypatch.delenv(key)
+    workspace = make_project_workspace(tmp_path / "ws", folders=("params",))
+    proc = start(workspace, "--params", "params/tiny.yaml", "--until", "synthesize", "--no-push")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out
+    assert (workspace / "params.yaml").read_text() == TINY_PROFILE.read_text()
+    assert lock_stages(workspace) == {"synthesize"}
+    assert [p.name for p in (workspace / "data" / "toolscale").iterdir()] == ["library"]
+    tasks = yaml.safe_load((workspace / "data" / "toolscale" / "library" / "tasks.json").read_text())
+    assert len(tasks) == yaml.safe_load(TINY_PROFILE.read_text())["synthesize"]["tasks_per_domain"]

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data, write_validated
 
-from pipelines.runner import run_stage
+from stagekit.runner import run_stage
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
 from toolorchestra.tools.catalog import load_catalog
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "preferences"))
-from pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data, write_validated  # noqa: E402
 
 
 @pytest.fixture

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "evaluation"))
-from eval_fixtures import (  # noqa: E402
+from helpers.eval_fixtures import (
     make_checkpoint,
     read_jsonl,
     save_tiny_model,
@@ -19,9 +16,9 @@ from eval_fixtures import (  # noqa: E402
     write_tasks_folder,
 )
 
-from pipelines.runner import run_stage  # noqa: E402
-from toolorchestra.core.errors import ConfigError  # noqa: E402
-from toolorchestra.core.settings import Settings  # noqa: E402
+from stagekit.runner import run_stage
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.settings import Settings
 
 SECTION = {
     "deps": {"model": "models/orchestrator", "tasks": "data/validated", "preferences": "data/preferences"},
@@ -78,7 +75,7 @@ def test_stage_reports_every_method_on_identical_tasks(workspace):
     assert {"accuracy", "cost_mean", "latency_mean", "eval/random_router/overall/accuracy",
             "eval/trained/preferences/adherence"} <= set(metrics)
     assert metrics["cost_mean"] > 0 and 0 <= metrics["accuracy"] <= 1
-    from pipelines.evaluate import report_markdown
+    from flows.report import report_markdown
 
     published = report_markdown(workspace)
     assert published.startswith("# Evaluation") and "data:image/png;base64," in published

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from pipelines.graph import StageFailed
+from stagekit.graph import StageFailed
 
 
 def test_stage_failed_round_trips_through_pickle():

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.pref_fixtures import expert_catalog_data, write_validated
 
-from pipelines.runner import run_stage
+from stagekit.runner import run_stage
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
 from toolorchestra.preferences.pairs import load_pairs
 from toolorchestra.preferences.split import leaks
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "preferences"))
-from pref_fixtures import expert_catalog_data, write_validated  # noqa: E402
 
 
 @pytest.fixture

@@ -6,21 +6,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.eval_fixtures import make_checkpoint, save_tiny_model, tiny_catalog_data
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolorchestra" / "evaluation"))
-from eval_fixtures import make_checkpoint, save_tiny_model, tiny_catalog_data  # noqa: E402
-
-from pipelines.runner import run_stage  # noqa: E402
-from pipelines.tracking import PARENT_RUN_ENV, configure  # noqa: E402
-from toolorchestra.core.errors import ConfigError  # noqa: E402
-from toolorchestra.core.settings import Settings  # noqa: E402
-from toolorchestra.registry.bundle import weights_sha256  # noqa: E402
-from toolorchestra.registry.store import alias_version, client_for  # noqa: E402
+from stagekit.runner import run_stage
+from stagekit.tracking import PARENT_RUN_ENV, configure
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.settings import Settings
+from toolorchestra.registry.bundle import weights_sha256
+from toolorchestra.registry.store import alias_version, client_for
 
 PROMOTE = {"deps": {"model": "models/orchestrator", "report": "reports/eval"}, "outs": {"card": "reports/promote"},
            "gate": {"accuracy_tolerance": 0.02, "max_cost_ratio": 1.5}}
@@ -113,9 +110,9 @@ def version_of(root: Path, alias: str):
 
 
 def test_first_promotion_without_champion_registers_champion_with_card_and_lineage(workspace):
-    from pipelines.lineage import lineage
+    from stagekit.lineage import lineage
 
-    from pipelines.promote import card_markdown
+    from flows.report import card_markdown
 
     write_report(workspace, trained=(0.4, 0.002))
     assert card_markdown(workspace) is None  # nothing promoted yet: nothing for the flow to publish
@@ -188,7 +185,7 @@ def test_report_of_other_weights_is_refused(workspace, tiny_llm):
 
 @pytest.mark.slow  # two evaluate + promote cycles with MLflow: ~30 s on two cores
 def test_evaluate_then_promote_compares_with_the_re_evaluated_champion(workspace, tiny_llm):
-    from eval_fixtures import write_tasks_folder
+    from helpers.eval_fixtures import write_tasks_folder
 
     write_tasks_folder(workspace / "data" / "validated", tasks=8, qa=6)
     evaluate = {"deps": {"model": "models/orchestrator", "tasks": "data/validated"}, "outs": {"report": "reports/eval"},

@@ -10,8 +10,8 @@ import types
 import pytest
 import yaml
 
-from pipelines._stage import StageParams
-from pipelines.runner import run_stage
+from stagekit.contract import StageParams
+from stagekit.runner import run_stage
 from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.settings import Settings
 
@@ -92,6 +92,9 @@ def test_invalid_yaml_and_unknown_stage(workspace):
     with pytest.raises(ConfigError, match="no stage 'nosuchstage'"):
         run_stage("nosuchstage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
     with pytest.raises(ConfigError, match="not a stage name"):
+        run_stage("../runner", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+    # The stage framework lives outside the stages' namespace: its modules are no stages.
+    with pytest.raises(ConfigError, match="no stage 'runner'"):
         run_stage("runner", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
 
 
@@ -115,7 +118,7 @@ def test_mlflow_child_run_with_lineage_tags(workspace, monkeypatch):
     }}))
     s = settings(workspace)
     mlflow.set_tracking_uri(s.tracking_uri)
-    from pipelines.tracking import configure
+    from stagekit.tracking import configure
 
     experiment = configure(s)
     with mlflow.start_run(experiment_id=experiment, run_name="flow") as parent:
@@ -143,6 +146,6 @@ def test_partial_outputs_of_a_failed_stage_are_kept_aside(workspace):
     kept = workspace / ".orchestra" / "failed" / "fakestage"
     assert (kept / "table").read_text() == "abcabc" and (kept / "folder" / "part.json").exists()
     assert not (workspace / "out" / "table.txt").exists()
-    from pipelines.graph import read_status
+    from stagekit.status import read_status
 
     assert read_status(workspace, "fakestage")["kind"] == "crash"

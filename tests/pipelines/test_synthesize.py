@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.third_party import third_party
 
-from pipelines.runner import run_stage
+from stagekit.runner import run_stage
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
 from toolorchestra.envs.domain import load_domain
 from toolorchestra.envs.task import load_tasks
 from toolorchestra.envs.toolspec import load_tools
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def write_params(root: Path, **section) -> Path:
@@ -53,9 +52,7 @@ def test_embedded_domain_layout_and_metrics(tmp_path):
 
 
 def test_seed_database_folder_as_dep(tmp_path):
-    mock = SHARED / "tau2-mock"
-    if not mock.exists():
-        pytest.skip(f"third-party test data {mock} is absent (see ../shared/data/README.md)")
+    mock = third_party("tau2-mock")
     write_params(tmp_path, domains=[], deps={"domain_mock": str(mock)}, tasks_per_domain=50)
     metrics = run(tmp_path)
     assert metrics["tasks_mock"] == 50

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.tracking import artifact_location
+from stagekit.tracking import artifact_location
 from toolorchestra.core.settings import MlflowSettings, Settings
 
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from pipelines.runner import run_stage
+from stagekit.runner import run_stage
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
 

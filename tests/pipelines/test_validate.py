@@ -1,5 +1,5 @@
 """Stage `validate`: filters, suite, kept outputs; a failing suite fails the stage. The acceptance
-run: every shared ToolScale database and tau2-mock -> tools, >= 50 tasks, 100% replay, suite passes."""
+run: every vendored ToolScale database and tau2-mock -> tools, >= 50 tasks, 100% replay, suite passes."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.third_party import TOOLSCALE, domain_folder
 
-from pipelines.runner import run_stage
+from stagekit.runner import run_stage
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.settings import Settings
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-TOOLSCALE = ["bank", "basketball", "ecommerce", "medicine", "movie", "restaurant", "travel"]
 
 
 def write_params(root: Path, synthesize: dict, validate: dict) -> None:
@@ -65,11 +63,9 @@ def test_failing_suite_fails_the_stage_listing_expectations(tmp_path):
     assert not (tmp_path / "data/validated").exists()  # nothing moved into place
 
 
-def test_acceptance_all_shared_domains(tmp_path):
-    if not SHARED.exists():
-        pytest.skip(f"third-party test data {SHARED} is absent (see ../shared/data/README.md)")
-    deps = {f"domain_{name}": str(SHARED / "toolscale" / name) for name in TOOLSCALE}
-    deps["domain_tau2_mock"] = str(SHARED / "tau2-mock")
+def test_acceptance_all_vendored_domains(tmp_path):
+    deps = {f"domain_{name}": str(domain_folder(name)) for name in TOOLSCALE}
+    deps["domain_tau2_mock"] = str(domain_folder("tau2-mock"))
     write_params(tmp_path, {"domains": [], "deps": deps, "tasks_per_domain": 50, "qa_per_domain": 20},
                  {"min_tasks_per_domain": 50, "min_qa": 100})
     synth = run(tmp_path, "synthesize")

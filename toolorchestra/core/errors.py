@@ -26,5 +26,5 @@ class ConfigError(OrchestraError):
             where = f"{where}: {key}"
         super().__init__(f"{where}: {reason}")
 
-    def __reduce__(self):  # noqa: ANN204 - pickle (Ray, Prefect, multiprocessing) calls __init__ with args
+    def __reduce__(self):
         return (type(self), (self.file, self.reason, self.key))

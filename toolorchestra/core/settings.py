@@ -70,9 +70,8 @@ class Settings(BaseSettings):
     """None: Prefect's ephemeral API (embedded profile)."""
     ray_address: str | None = None
     s3_endpoint_url: str | None = None
-    hf_home: Path | None = None
 
-    @field_validator("workspace", "state_dir", "hf_home")
+    @field_validator("workspace", "state_dir")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().resolve() if value is not None else None

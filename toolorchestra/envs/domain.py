@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.envs.derive import derive_tools
 from toolorchestra.envs.schema import DomainSchema, TableLayout, detect_layouts, infer_schema, json_path
 
 if TYPE_CHECKING:
@@ -115,8 +116,6 @@ class Domain:
         """The domain's own specs (`tools.json`), else specs derived from the schema."""
         if self.tools is not None:
             return self.tools
-        from toolorchestra.envs.toolspec import derive_tools
-
         return derive_tools(self.schema)
 
     def __repr__(self) -> str:

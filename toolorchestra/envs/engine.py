@@ -105,9 +105,6 @@ class Engine:
     def fresh_state(self, db: dict[str, Any]) -> DbState:
         return DbState(BaseDb(db, self.layouts))
 
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return [s.openai() for s in self.specs.values()]
-
     # -- calls
     def call(self, state: DbState, name: str, arguments: dict[str, Any] | None) -> Any:
         spec = self.specs.get(name)

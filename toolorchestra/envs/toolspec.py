@@ -237,9 +237,3 @@ def dump_specs(specs: list[ToolSpec]) -> list[dict[str, Any]]:
 def save_tools(path: str | Path, specs: list[ToolSpec]) -> Path:
     return atomic_write_json(path, dump_specs(specs))
 
-
-def derive_tools(schema: Any, **options: Any) -> list[ToolSpec]:
-    """Specs inferred from a `DomainSchema` (see `derive.py`)."""
-    from toolorchestra.envs.derive import derive_tools as _derive
-
-    return _derive(schema, **options)

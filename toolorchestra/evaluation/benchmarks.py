@@ -34,8 +34,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.pool import DomainRef, QAItem, TaskPool, ToolUseTask, load_pool, load_qa_file
 from toolorchestra.preferences.pairs import PreferencePair
-from toolorchestra.preferences.pool import DomainRef, QAItem, TaskPool, ToolUseTask, load_pool, load_qa_file
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 Task = QAItem | ToolUseTask
@@ -176,7 +176,7 @@ def training_task_ids(dataset: str | Path | None) -> set[str] | None:
     file or JSONL rows."""
     if dataset is None:
         return None
-    from toolorchestra.rl.instances import load_instances
+    from toolorchestra.episodes.rows import load_instances
 
     return {i.task_id for i in load_instances(dataset, split="train")}
 

@@ -1,11 +1,11 @@
 """Judges: was an episode's outcome right? The paper's protocol, on top of the shared scorer.
 
-Correctness comes first from `toolorchestra.rl.episodes.score_rollout`, the one scorer training
+Correctness comes first from `toolorchestra.episodes.environment.score_rollout`, the one scorer training
 and evaluation share:
 
 - **tool-use tasks**: ToolScale's three criteria (execution correctness: database hash;
   process fidelity: communicated values; operation completeness: golden actions);
-- **QA tasks**: the rule-based answer judge (`preferences.judge.judge_answer`): numeric tolerance
+- **QA tasks**: the rule-based answer judge (`episodes.judge.judge_answer`): numeric tolerance
   when the gold answer is a number, else normalised exact match.
 
 Only when that says *wrong* on a QA task that was answered, and an LLM judge is configured
@@ -30,13 +30,18 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.settings import Settings
 from toolorchestra.envs.evaluation import normalize
+from toolorchestra.episodes.judge import judge_answer, parse_number
 from toolorchestra.llm.base import LLM, LLMError
-from toolorchestra.preferences.judge import judge_answer, parse_number
+from toolorchestra.llm.config import LLMConfig
+from toolorchestra.tools.catalog import Catalog
 
 __all__ = ["Judgement", "LLMJudge", "exact_match", "numeric_match", "parse_verdict", "rule_method"]
 
@@ -137,3 +142,34 @@ def judge_qa(question: str, answer: str | None, gold: Any, *, rule_correct: bool
 def judge_tool_use(correct: bool, details: dict[str, Any]) -> Judgement:
     """A tool-use episode's judgement from the shared scorer's three criteria."""
     return Judgement(correct=correct, method="toolscale", rule_correct=correct, details=details)
+
+
+class JudgeConfig(BaseModel):
+    """The LLM judge used when exact match fails: a catalog model alias or an explicit endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    backend: LLMConfig | None = None
+    max_tokens: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> JudgeConfig:
+        if self.model and self.backend:
+            raise ValueError("judge: give either `model` (a catalog alias) or `backend` (an endpoint), not both")
+        return self
+
+
+def build_judge(config: JudgeConfig, catalog: Catalog, settings: Settings,
+                llm_for: Callable[[str], LLM]) -> LLMJudge | None:
+    """The configured LLM judge, or None (rules only)."""
+    from toolorchestra.llm.config import build_llm
+
+    if config.model:
+        if config.model not in catalog.models:
+            raise ConfigError(None, f"judge model {config.model!r} is not a catalog model alias; known: "
+                              f"{sorted(catalog.models)}", key="evaluate.judge.model")
+        return LLMJudge(llm_for(config.model), max_tokens=config.max_tokens, name=config.model)
+    if config.backend is not None:
+        return LLMJudge(build_llm(config.backend, settings), max_tokens=config.max_tokens)
+    return None

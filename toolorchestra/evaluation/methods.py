@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM, BatchLLM, Completion, Message, Usage, tools_by_row
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.tools.catalog import Catalog, ExpertBackend
@@ -138,3 +142,55 @@ class RandomRouterPolicy(BatchLLM):
         return Completion(text=format_tool_call(function["name"], arguments), usage=Usage(), model=self.model,
                           finish_reason="stop")
 
+
+CANDIDATE, CHAMPION = "trained", "champion"
+"""Method names of the orchestrator under evaluation and of the re-evaluated champion."""
+
+
+class MethodsConfig(BaseModel):
+    """Which baselines an evaluation runs beside the candidate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    champion: bool = True
+    prompted: bool = True
+    experts: list[str] | Literal["all"] = Field("all", description="catalog model aliases, `all`, or [] for none")
+    random_router: bool = True
+
+
+def build_methods(config: MethodsConfig, *, candidate: Any, champion: Any | None, champion_note: str,
+                  catalog: Catalog, settings: Settings, llm_for: Callable[[str], LLM], seed: int, max_turns: int,
+                  device: str = "auto") -> tuple[list[Method], dict[str, Any], list[str]]:
+    """(methods, champion info for the report, notes). `candidate` and `champion` are loaded
+    orchestrators (`llm`, `manifest`, `ref`; the registry's `Candidate` / `RegisteredModel`)."""
+    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+
+    manifest = candidate.manifest
+    alias = manifest.get("policy_alias") or catalog.policy
+    notes: list[str] = []
+    out = [orchestrator(CANDIDATE, candidate.llm, policy_alias=alias, role="candidate",
+                        description=f"the trained orchestrator ({candidate.ref})", model=candidate.ref,
+                        weights_sha256=candidate.sha)]
+    champion_info: dict[str, Any] = {}
+    if champion is not None:
+        out.append(orchestrator(CHAMPION, champion.llm, policy_alias=champion.policy_alias, role="champion",
+                                description=f"the current champion ({champion.ref})", model=champion.ref,
+                                version=champion.version))
+        champion_info = {"method": CHAMPION, "version": champion.version, "ref": champion.ref,
+                         "weights_sha256": champion.manifest.get("weights_sha256")}
+    elif champion_note:
+        notes.append(champion_note)
+    if config.prompted:
+        base = manifest.get("base_model")
+        if base:
+            policy = build_llm(LocalLLMConfig(model=str(base), device=device), settings)
+            out.append(orchestrator("prompted", policy, policy_alias=alias,
+                                    description=f"the untrained base model `{base}`, prompted"))
+        else:
+            notes.append("the checkpoint names no base model: the prompted orchestrator was skipped")
+    if config.experts:
+        chosen = None if config.experts == "all" else list(config.experts)
+        out.extend(expert_methods(catalog, llm_for, chosen))
+    if config.random_router:
+        out.append(random_router(catalog, seed=seed, max_turns=max_turns))
+    return out, champion_info, notes

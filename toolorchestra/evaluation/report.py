@@ -22,7 +22,7 @@ from typing import Any
 
 from toolorchestra.core.fs import atomic_write_bytes, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from toolorchestra.evaluation.benchmarks import task_list
-from toolorchestra.evaluation.methods import mark_extremes
+from toolorchestra.evaluation.methods import CANDIDATE, mark_extremes
 from toolorchestra.evaluation.metrics import Metrics, adherence_checks
 from toolorchestra.evaluation.runner import EvalRun, method_rows
 
@@ -179,3 +179,35 @@ def write_report(run: EvalRun, folder: Path, *, title: str = "Evaluation", notes
     }
     files["pareto"] = pareto_plot(run, folder / "pareto.png", title=f"{title}: cost vs accuracy")
     return files
+
+
+def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, float]:
+    """The candidate's headline metrics and `eval/<method>/<benchmark>/<metric>` for every method."""
+    out: dict[str, float] = {}
+    for method, per in run.summary.items():
+        for bench, metrics in per.items():
+            for key in ("accuracy", "cost_mean", "latency_mean", "format_valid_rate"):
+                out[f"eval/{method}/{bench}/{key}"] = float(getattr(metrics, key))
+            if metrics.adherence is not None:
+                out[f"eval/{method}/{bench}/adherence"] = float(metrics.adherence)
+        n = sum(1 for r in run.records if r.method == method)
+        if run.seconds.get(method):
+            out[f"eval/{method}/episodes_per_s"] = n / run.seconds[method]
+    cand = run.summary[candidate]["overall"]
+    out.update({"accuracy": cand.accuracy, "cost_mean": cand.cost_mean, "latency_mean": cand.latency_mean,
+                "format_valid_rate": cand.format_valid_rate, "eval_tasks": float(cand.n)})
+    if cand.adherence is not None:
+        out["adherence"] = cand.adherence
+    return out
+
+
+def per_task_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A per-task result without its trajectory, for the table artifact (trajectories stay in
+    `per_task.jsonl`)."""
+    judgement = record.get("judgement") or {}
+    return {"method": record["method"], "benchmark": record["benchmark"], "task_id": record["task_id"],
+            "variant": record["variant"], "preference": record.get("preference_kind"),
+            "correct": record["correct"], "judge": judgement.get("method"), "answered": record["answered"],
+            "format_valid": record["format_valid"], "cost_usd": record["cost_usd"], "latency_s": record["latency_s"],
+            "turns": record["turns"], "stop_reason": record.get("stop_reason"),
+            "tool_calls": json.dumps(record.get("tool_calls") or {}, sort_keys=True)}

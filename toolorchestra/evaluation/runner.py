@@ -2,12 +2,12 @@
 
 `evaluate(methods, benchmarks, catalog=..., settings=..., config=...)`:
 
-1. **instances** — each item becomes a `TrainInstance` per method with the training assembly's
+1. **instances** — each item becomes an `Instance` per method with the training assembly's
    own prompt builder (`preferences.assemble.build_instance`): the same system prompt, domain
    policy and price sheet the orchestrator was trained on, the catalog's real prices (no
    jitter), and every tool the method is offered (all catalog tools, or only the basic ones for
    an expert alone); a preference item gives an *instructed* and a *neutral* instance;
-2. **episodes** — `rl.episodes.RolloutEnvironment` runs them with the project's agent loop, in
+2. **episodes** — `episodes.environment.RolloutEnvironment` runs them with the project's agent loop, in
    lockstep batches of `batch_size` (one batched generation per turn, QA and tool-use episodes in
    separate batches since padding makes a batch cost its longest prompt; tool calls of a batch run
    concurrently in a thread pool), greedy decoding, and scores each with `score_rollout`, the
@@ -36,13 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.settings import Settings
+from toolorchestra.episodes.environment import EpisodeConfig, Rollout, RolloutEnvironment
+from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.evaluation.benchmarks import Benchmark, EvalItem, domain_folders, fingerprint
 from toolorchestra.evaluation.judges import LLMJudge, judge_qa, judge_tool_use
 from toolorchestra.evaluation.methods import Method
 from toolorchestra.evaluation.metrics import Metrics, TaskRecord, Variant, summarize, task_lists
 from toolorchestra.llm.base import LLM
-from toolorchestra.rl.episodes import EpisodeConfig, Rollout, RolloutEnvironment
-from toolorchestra.rl.instances import DomainLocator, TrainInstance
 from toolorchestra.tools.catalog import Catalog
 
 log = logging.getLogger(__name__)
@@ -106,10 +106,9 @@ class EvalRun:
 
 
 def make_instance(item: EvalItem, catalog: Catalog, tools: list[str], prompt: PromptConfig, *,
-                  instructed: bool, seed: int) -> TrainInstance:
+                  instructed: bool, seed: int) -> Instance:
     """The instance a method runs for `item` (see the module docstring)."""
     from toolorchestra.preferences.assemble import AssemblyConfig, build_instance
-    from toolorchestra.rl.instances import from_assembled
 
     offered = catalog.subset(tools)
     config = AssemblyConfig(
@@ -120,7 +119,7 @@ def make_instance(item: EvalItem, catalog: Catalog, tools: list[str], prompt: Pr
     prefs = [item.preference] if instructed and item.preference is not None else []
     built = build_instance(item.task, split="eval", copy=0, catalog=offered, preferences=prefs, config=config)
     # One id per task for every method and variant: the domain-tool sample is seeded by it.
-    return from_assembled(built).model_copy(update={"id": item.key})
+    return built.model_copy(update={"id": item.key})
 
 
 def _runs(items: Sequence[EvalItem]) -> list[tuple[EvalItem, Variant]]:
@@ -143,7 +142,7 @@ def _chunks(pairs: list[Any], size: int) -> list[list[Any]]:
     return out
 
 
-def _record(method: Method, item: EvalItem, variant: Variant, instance: TrainInstance, rollout: Rollout) -> TaskRecord:
+def _record(method: Method, item: EvalItem, variant: Variant, instance: Instance, rollout: Rollout) -> TaskRecord:
     trajectory = rollout.trajectory
     pair = item.preference
     return TaskRecord(
@@ -159,9 +158,9 @@ def _record(method: Method, item: EvalItem, variant: Variant, instance: TrainIns
     )
 
 
-def _judge(records: list[TaskRecord], pending: list[tuple[TaskRecord, TrainInstance, Rollout]],
+def _judge(records: list[TaskRecord], pending: list[tuple[TaskRecord, Instance, Rollout]],
            judge: LLMJudge | None, workers: int) -> None:
-    def one(entry: tuple[TaskRecord, TrainInstance, Rollout]) -> None:
+    def one(entry: tuple[TaskRecord, Instance, Rollout]) -> None:
         record, instance, rollout = entry
         if instance.kind == "qa":
             verdict = judge_qa(instance.question, rollout.trajectory.answer, instance.answer,
@@ -226,10 +225,6 @@ def evaluate(
                   summary=summarize(records, margin=config.adherence_margin), seconds=seconds, config=config)
     run.check_identical_tasks()
     return run
-
-
-def records_of(run: EvalRun, method: str) -> list[TaskRecord]:
-    return [r for r in run.records if r.method == method]
 
 
 def method_rows(run: EvalRun) -> list[dict[str, Any]]:

@@ -25,10 +25,6 @@ class MalformedToolCall(ValueError):
     """The text has a tool-call block that is not a valid call."""
 
 
-def has_tool_call(text: str) -> bool:
-    return OPEN in text
-
-
 def strip_tool_calls(text: str) -> str:
     """The text around the tool-call blocks (the model's reasoning)."""
     return _BLOCK.sub("", text).strip()

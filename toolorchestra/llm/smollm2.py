@@ -46,7 +46,7 @@ def gguf_path() -> Path:
     return path
 
 
-def fix_tokenizer(tokenizer) -> None:  # noqa: ANN001 - a transformers tokenizer
+def fix_tokenizer(tokenizer) -> None:
     """Make `<|im_end|>` the eos and pad token and install the tools-aware chat template."""
     tokenizer.eos_token = END_OF_TURN
     tokenizer.pad_token = END_OF_TURN

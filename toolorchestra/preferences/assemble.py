@@ -22,21 +22,20 @@ the price list) and the task with the preference appended, as `orchestra ask --p
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
 from toolorchestra.envs.task import dump_task
-from toolorchestra.preferences.pairs import PreferencePair
-from toolorchestra.preferences.pool import QAItem, TaskPool, ToolUseTask, task_prompt
+from toolorchestra.episodes.instance import Instance, Split
+from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_prompt
+from toolorchestra.preferences.pairs import PreferencePair, load_pairs
 from toolorchestra.tools.catalog import Catalog, ExpertBackend, Price
-
-Split = Literal["train", "eval"]
 
 
 class AssemblyConfig(BaseModel):
@@ -53,31 +52,6 @@ class AssemblyConfig(BaseModel):
     show_prices: bool = True
     agent_name: str = Field("tool_agent", min_length=1, description="verl agent loop of every row")
     seed: int = 0
-
-
-class Instance(BaseModel):
-    """One training (or eval) instance, before export."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    split: Split
-    task_kind: Literal["qa", "tool_use"]
-    task_id: str
-    data_source: str
-    domain: str | None = None
-    task: dict[str, Any]
-    ground_truth: dict[str, Any]
-    preference: PreferencePair | None = None
-    catalog_tools: list[str]
-    domain_tools: list[str] = Field(default_factory=list)
-    tool_prices: dict[str, Price]
-    model_prices: dict[str, Price]
-    prompt: list[dict[str, str]]
-
-    @property
-    def tools(self) -> list[str]:
-        return [*self.domain_tools, *self.catalog_tools]
 
 
 def _stable(seed: int, text: str) -> int:
@@ -197,7 +171,7 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
         {"role": "user", "content": user_message(question, preference.instruction if preference else None)},
     ]
     return Instance(
-        id=f"{split}-{task_id}-{copy}", split=split, task_kind=kind, task_id=task_id, data_source=data_source,
+        id=f"{split}-{task_id}-{copy}", split=split, kind=kind, task_id=task_id, data_source=data_source,
         domain=domain, task=payload, ground_truth=truth, preference=preference, catalog_tools=tools,
         domain_tools=domain_tools, tool_prices=tool_prices, model_prices=model_prices, prompt=prompt,
     )
@@ -225,12 +199,26 @@ def assemble(pool: TaskPool, catalog: Catalog, train_pairs: list[PreferencePair]
 def instance_record(instance: Instance) -> dict[str, Any]:
     """A JSON-safe summary row (for reports and manifests)."""
     return {
-        "id": instance.id, "split": instance.split, "task_kind": instance.task_kind, "task_id": instance.task_id,
+        "id": instance.id, "split": instance.split, "task_kind": instance.kind, "task_id": instance.task_id,
         "domain": instance.domain, "tools": instance.tools,
         "preference": instance.preference.id if instance.preference else None,
         "tool_prices": {k: v.model_dump() for k, v in instance.tool_prices.items()},
     }
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+def build_instances(
+    tasks_root: str | Path,
+    catalog: Catalog,
+    *,
+    preferences: str | Path | None = None,
+    eval_preferences: str | Path | None = None,
+    domains_root: str | Path | None = None,
+    **assembly: Any,
+) -> dict[Split, list[Instance]]:
+    """Train and eval instances assembled in process from validated tasks (and preference pairs,
+    if given), for callers that have no export yet: benchmarks, tests and a train stage pointed at
+    `data/validated` only. `assembly` are `AssemblyConfig` fields."""
+    pool = load_pool(tasks_root, domains_root=domains_root)
+    train_pairs = load_pairs(preferences) if preferences else []
+    eval_pairs = load_pairs(eval_preferences) if eval_preferences else train_pairs
+    return assemble(pool, catalog, train_pairs, eval_pairs, AssemblyConfig(**assembly))

@@ -4,9 +4,8 @@
    checked by a verifier (`propose.py`); LLM pairs that repeat a grammar instruction are dropped;
 2. **validate**: the Great Expectations suite on the raw rows (`expectations.py`): a failure stops
    here with every failing expectation listed;
-3. **check**: every pair's intents against the reward (`pairs.check_direction`, with the reward
-   function passed in by the caller): a pair whose vector does not rank rollouts the way its
-   instruction says stops the run;
+3. **check**: every pair's intents against the training reward (`pairs.check_direction`): a pair
+   whose vector does not rank rollouts the way its instruction says stops the run;
 4. **split**: train / eval without leakage, held-out kinds only in eval (`split.py`); the result
    is re-checked for leaks;
 5. **assemble**: training and eval instances (`assemble.py`);
@@ -27,20 +26,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.fs import atomic_write_json
+from toolorchestra.episodes.instance import Instance, Split
+from toolorchestra.episodes.pool import TaskPool
+from toolorchestra.episodes.rows import write_hf_dataset, write_verl_parquet
 from toolorchestra.llm.base import LLM
-from toolorchestra.preferences.assemble import AssemblyConfig, Instance, Split, assemble, instance_record
+from toolorchestra.preferences.assemble import AssemblyConfig, assemble, instance_record
 from toolorchestra.preferences.expectations import SuiteReport, raise_on_failure, validate_pair_rows
-from toolorchestra.preferences.export import write_hf_dataset, write_verl_parquet
 from toolorchestra.preferences.grammar import KINDS, generate_grammar_pairs
 from toolorchestra.preferences.pairs import (
     PreferencePair,
-    RewardFn,
     check_directions,
     normalise_instruction,
     pair_rows,
     save_pairs,
 )
-from toolorchestra.preferences.pool import TaskPool
 from toolorchestra.preferences.propose import ProposeConfig, ProposeStats, propose_pairs
 from toolorchestra.preferences.split import SplitConfig, leaks, split_pairs
 from toolorchestra.tools.catalog import Catalog
@@ -140,8 +139,8 @@ def generate_pairs(catalog: Catalog, config: GeneratorConfig, *, seed: int, prop
     return rows, notes, stats, dropped
 
 
-def build_preferences(catalog: Catalog, pool: TaskPool, config: PreferencesConfig, *, reward_fn: RewardFn,
-                      seed: int = 0, proposer: LLM | None = None, verifier: LLM | None = None) -> PreferenceBuild:
+def build_preferences(catalog: Catalog, pool: TaskPool, config: PreferencesConfig, *, seed: int = 0,
+                      proposer: LLM | None = None, verifier: LLM | None = None) -> PreferenceBuild:
     """Phases 1-5 (see the module docstring); raises on a failed suite, direction check or leak."""
     rows, notes, stats, dropped = generate_pairs(catalog, config.generator, seed=seed, proposer=proposer,
                                                  verifier=verifier)
@@ -150,7 +149,7 @@ def build_preferences(catalog: Catalog, pool: TaskPool, config: PreferencesConfi
     suite = validate_pair_rows(rows, [t.name for t in catalog.tools], kinds=[*KINDS, "mixed"])
     raise_on_failure(suite)
     pairs = [PreferencePair.model_validate(r) for r in rows]
-    problems = check_directions(pairs, reward_fn)
+    problems = check_directions(pairs)
     if problems:
         raise DirectionError(f"{len(problems)} preference intents disagree with the reward: " + "; ".join(problems[:5]))
     train, evaluation = split_pairs(pairs, config.split)

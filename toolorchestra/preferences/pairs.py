@@ -1,15 +1,15 @@
 """A user preference: a natural-language instruction and the weight vector the reward uses.
 
-The vector's keys are the reward's (`toolorchestra.rl.reward`): `accuracy`, `cost`, `latency` and
+The vector's keys are the reward's (`toolorchestra.episodes.reward`): `accuracy`, `cost`, `latency` and
 `calls/<tool>` for a tool of the catalog in use. Positive weights reward more of the (already
 oriented) quantity: a positive `cost` weight rewards *cheaper* rollouts, a negative
 `calls/web_search` weight rewards calling web search *less* (avoidance).
 
 Each pair also states its **intents**: what the instruction asks for, as (key, `lower` | `higher`)
 claims ("do not use web search" -> `calls/web_search` lower; "keep costs down" -> `cost` lower).
-`check_direction(pair, reward_fn)` builds two otherwise-equal correct rollouts per intent and
-asserts that the reward ranks them as the instruction says. The reward function is passed in
-(this layer sits below `rl`), so the check uses the real reward without importing it.
+`check_direction(pair)` builds two otherwise-equal correct rollouts per intent and asserts that
+the reward (`toolorchestra.episodes.reward.group_rewards`, the one training uses) ranks them as the
+instruction says.
 
 Pairs are stored one JSON object per line (`save_pairs` / `load_pairs`).
 """
@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.fs import atomic_write_jsonl
-
-ACCURACY, COST, LATENCY, CALLS = "accuracy", "cost", "latency", "calls/"
-RewardFn = Callable[[Sequence[Mapping[str, float]], Sequence[bool], Mapping[str, float]], list[float]]
+from toolorchestra.episodes.instance import Preference
+from toolorchestra.episodes.reward import ACCURACY, COST, LATENCY, group_rewards
+from toolorchestra.episodes.reward import CALLS_PREFIX as CALLS
 
 
 def known_keys(tool_names: Iterable[str]) -> set[str]:
@@ -54,36 +53,17 @@ class Intent(BaseModel):
     prefer: Literal["lower", "higher"]
 
 
-class PreferencePair(BaseModel):
-    """One preference: instruction, vector, and where it came from."""
+class PreferencePair(Preference):
+    """One preference (instruction, vector, kind: what an episode reads) and where it came from."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(min_length=1)
-    instruction: str = Field(min_length=1)
-    vector: dict[str, float] = Field(min_length=1)
-    kind: str = Field(min_length=1, description="family of preference (cost, avoid_tool, ...)")
     template: str = Field(min_length=1, description="template id (grammar) or llm:<hash> (proposed)")
     intents: list[Intent] = Field(min_length=1)
     source: Literal["grammar", "llm"] = "grammar"
     slots: dict[str, str] = Field(default_factory=dict, description="what filled the template")
 
-    @field_validator("vector")
-    @classmethod
-    def _finite(cls, vector: dict[str, float]) -> dict[str, float]:
-        bad = {k: v for k, v in vector.items() if not math.isfinite(v)}
-        if bad:
-            raise ValueError(f"weights must be finite, got {bad}")
-        return vector
-
     @property
     def vector_key(self) -> str:
         return vector_key(self.vector)
-
-    @property
-    def tools(self) -> list[str]:
-        """Catalog tools the vector names (an instance offering this preference must offer them)."""
-        return sorted(k[len(CALLS):] for k in self.vector if k.startswith(CALLS))
 
 
 def pair_id(kind: str, instruction: str, vector: Mapping[str, float]) -> str:
@@ -122,7 +102,7 @@ def _rollouts_for(intent: Intent) -> tuple[list[dict[str, float]], list[bool], i
     return [low, high], [True, True], 0 if intent.prefer == "lower" else 1
 
 
-def check_direction(pair: PreferencePair, reward_fn: RewardFn) -> list[str]:
+def check_direction(pair: PreferencePair) -> list[str]:
     """Problems (empty when fine): for each intent, the reward of two otherwise-equal rollouts
     must rank the one the instruction prefers strictly higher."""
     problems = []
@@ -131,7 +111,7 @@ def check_direction(pair: PreferencePair, reward_fn: RewardFn) -> list[str]:
             problems.append(f"{pair.id}: intent on {intent.key!r} but the vector has no such key")
             continue
         metrics, correct, winner = _rollouts_for(intent)
-        rewards = reward_fn(metrics, correct, pair.vector)
+        rewards = group_rewards(metrics, correct, pair.vector)
         if not rewards[winner] > rewards[1 - winner]:
             problems.append(
                 f"{pair.id}: {intent.key} {intent.prefer} should win, but rewards are {rewards} "
@@ -139,8 +119,8 @@ def check_direction(pair: PreferencePair, reward_fn: RewardFn) -> list[str]:
     return problems
 
 
-def check_directions(pairs: Iterable[PreferencePair], reward_fn: RewardFn) -> list[str]:
-    return [problem for pair in pairs for problem in check_direction(pair, reward_fn)]
+def check_directions(pairs: Iterable[PreferencePair]) -> list[str]:
+    return [problem for pair in pairs for problem in check_direction(pair)]
 
 
 # ------------------------------------------------------------------------------ files

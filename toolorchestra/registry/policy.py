@@ -5,11 +5,13 @@ and the `evaluate` stage's champion and `--model` runs.
 from the bundled transformers model and its catalog and manifest (`bundle.load_bundle`), and
 returns them with the version's provenance; `load_policy(ref, settings)` returns what a caller of
 the agent loop needs: `(LLM, Price of its tokens, Catalog it was trained with)`.
+`load_candidate` and `champion_to_compare` are what the `evaluate` stage compares.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.settings import Settings
@@ -58,3 +60,47 @@ def load_policy(ref: str, settings: Settings) -> tuple[LLM, Price, Catalog]:
 
 def is_registry_ref(text: str | None) -> bool:
     return bool(text) and str(text).startswith("models:/")
+
+
+@dataclass
+class Candidate:
+    """The orchestrator under evaluation: a checkpoint folder or a registered version."""
+
+    llm: LLM
+    catalog: Catalog
+    manifest: dict[str, Any]
+    ref: str
+    sha: str | None
+    version: str | None = None
+
+
+def load_candidate(ref: str | None, default_folder: Path, workspace: Path, settings: Settings, *,
+                   device: str = "auto") -> Candidate:
+    """`ref` (a registry reference or a folder, relative to the workspace) or else `default_folder`."""
+    from toolorchestra.registry.bundle import weights_sha256
+
+    if is_registry_ref(ref):
+        model = load_registered(str(ref), settings, device=device)
+        return Candidate(llm=model.llm, catalog=model.catalog, manifest=model.manifest, ref=model.ref,
+                         sha=model.manifest.get("weights_sha256"), version=model.version)
+    from toolorchestra.rl.checkpoint import load_orchestrator
+
+    folder = Path(ref).expanduser() if ref is not None else default_folder
+    if not folder.is_absolute():
+        folder = workspace / folder
+    llm, catalog, manifest = load_orchestrator(folder, device=device)
+    llm.model = "trained"
+    return Candidate(llm=llm, catalog=catalog, manifest=manifest, ref=str(folder), sha=weights_sha256(folder))
+
+
+def champion_to_compare(registered_model: str, candidate_sha: str | None, settings: Settings, *,
+                        device: str = "auto") -> tuple[RegisteredModel | None, str]:
+    """(the registry's champion, or None and why it is not evaluated beside the candidate)."""
+    from toolorchestra.registry.store import CHAMPION, alias_version, client_for
+
+    version = alias_version(client_for(settings), registered_model, CHAMPION)
+    if version is None:
+        return None, f"no champion of {registered_model!r} in the registry yet"
+    if candidate_sha and version.tags.get("orchestra.weights_sha256") == candidate_sha:
+        return None, f"the champion (version {version.version}) has the candidate's weights"
+    return load_registered(f"models:/{registered_model}/{version.version}", settings, device=device), ""

@@ -77,7 +77,7 @@ def _questions(model_input: Any) -> list[tuple[str, str | None]]:
 class OrchestratorModel(mlflow.pyfunc.PythonModel):
     """See the module docstring."""
 
-    def load_context(self, context):  # noqa: ANN001, ANN201 - MLflow reads type hints here as a schema
+    def load_context(self, context):
         from toolorchestra.core.settings import load_settings
         from toolorchestra.registry.bundle import load_bundle, policy_price
         from toolorchestra.tools.toolbox import build_toolbox
@@ -90,7 +90,7 @@ class OrchestratorModel(mlflow.pyfunc.PythonModel):
         self.defaults = {"max_turns": int(episode.get("max_turns", 6)),
                          "max_tokens": int(episode.get("max_tokens", 192)), "temperature": 0.0}
 
-    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - as above
+    def predict(self, context, model_input, params=None):
         import pandas as pd
 
         from toolorchestra.agent.loop import Orchestrator

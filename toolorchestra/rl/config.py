@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from toolorchestra.rl.episodes import EpisodeConfig
+from toolorchestra.episodes.environment import EpisodeConfig
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 

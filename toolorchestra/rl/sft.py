@@ -18,15 +18,15 @@ import random
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.episodes.environment import RolloutEnvironment
+from toolorchestra.episodes.instance import Instance
 from toolorchestra.rl.config import SFTSettings
-from toolorchestra.rl.episodes import RolloutEnvironment
-from toolorchestra.rl.instances import TrainInstance
 from toolorchestra.rl.transcript import TranscriptEncoder
 
 log = logging.getLogger(__name__)
 
 
-def golden_examples(env: RolloutEnvironment, instances: list[TrainInstance], tokenizer: Any,
+def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                     settings: SFTSettings, seed: int = 0) -> list[dict[str, list[int]]]:
     """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per tool-use task."""
     encoder = TranscriptEncoder(tokenizer)

@@ -28,10 +28,10 @@ from toolorchestra.agent.loop import SYSTEM_PROMPT
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.fs import atomic_write_text
 from toolorchestra.core.settings import Settings
+from toolorchestra.episodes.environment import RolloutEnvironment
+from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.rl.checkpoint import checkpoint_step, last_checkpoint, run_key, save_checkpoint
 from toolorchestra.rl.config import TrainConfig
-from toolorchestra.rl.episodes import RolloutEnvironment
-from toolorchestra.rl.instances import DomainLocator, TrainInstance
 from toolorchestra.tools.catalog import Catalog
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def resolve_model_folder(name: str, settings: Settings) -> Path:
     return folder
 
 
-def select_instances(config: TrainConfig, instances: list[TrainInstance]) -> list[TrainInstance]:
+def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
     """The instances this run trains on: by kind, golden-call count, then a seeded cap."""
     import random
 
@@ -74,7 +74,7 @@ def select_instances(config: TrainConfig, instances: list[TrainInstance]) -> lis
     return kept
 
 
-def work_folder(config: TrainConfig, instances: list[TrainInstance], catalog: Catalog, settings: Settings) -> Path:
+def work_folder(config: TrainConfig, instances: list[Instance], catalog: Catalog, settings: Settings) -> Path:
     """Where this run's resumable state lives: keyed by everything but the run's length."""
     fixed = config.model_dump(mode="json", exclude={"resume", "log_checkpoint_artifact", "verl"})
     fixed["grpo"].pop("steps", None)
@@ -111,7 +111,7 @@ def _load_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
-def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[TrainInstance], start: Path,
+def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Instance], start: Path,
                work: Path, *, use_cpu: bool, bf16: bool) -> tuple[Path, dict[str, float]]:
     """SFT on golden trajectories; returns the folder of the warm-started model (reused if done)."""
     import torch
@@ -171,7 +171,7 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float]:
 
 def train_trl(
     config: TrainConfig,
-    instances: list[TrainInstance],
+    instances: list[Instance],
     *,
     catalog: Catalog,
     settings: Settings,

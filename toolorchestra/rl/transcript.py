@@ -181,9 +181,6 @@ class RolloutPolicy(BatchLLM):
     def sampled(self, messages: list[Message]) -> list[list[int]]:
         return self._binding(messages).sampled
 
-    def tools_for(self, messages: list[Message]) -> list[dict[str, Any]] | None:
-        return self._binding(messages).tools
-
     def clear(self) -> None:
         self._bindings.clear()
 

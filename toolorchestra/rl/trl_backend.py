@@ -15,7 +15,7 @@ response schema. So the phases are:
    gradient). Logprobs are not returned: TRL recomputes them with the same model.
 2. **score** (`OrchestraAdvantage`, TRL's `reward_funcs`): per group, the rollouts that are valid
    (well-formed and answered) go through `group_rewards` and then `group_advantages`, the one
-   reward contract (`toolorchestra.rl.reward`). The value handed to TRL is that advantage; an
+   reward contract (`toolorchestra.episodes.reward`). The value handed to TRL is that advantage; an
    invalid rollout gets `None` (TRL: no reward, left out of the group's baseline, advantage 0) and a
    filtered group gets 0 everywhere.
 3. **advantage**: with `scale_rewards="none"` TRL computes `r - mean(r)` per group over the non-None
@@ -43,16 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.environment import Rollout, RolloutEnvironment
+from toolorchestra.episodes.instance import Instance
+from toolorchestra.episodes.reward import group_advantages, group_rewards
 from toolorchestra.rl.config import GRPOSettings
-from toolorchestra.rl.episodes import RolloutEnvironment, Rollout
-from toolorchestra.rl.instances import TrainInstance
-from toolorchestra.rl.reward import group_advantages, group_rewards
 from toolorchestra.rl.transcript import RolloutPolicy
 
 INSTANCE_KEY = "instance_id"
 
 
-def prompt_row(instance: TrainInstance) -> dict[str, Any]:
+def prompt_row(instance: Instance) -> dict[str, Any]:
     """A dataset row: the instance's conversational prompt, tagged with its id."""
     system, *rest = [dict(m) for m in instance.prompt]
     rest[-1][INSTANCE_KEY] = instance.id
@@ -65,7 +65,7 @@ def prompt_row(instance: TrainInstance) -> dict[str, Any]:
 class OrchestraRollouts:
     """TRL `rollout_func`: run the episodes and return token-exact completions with `env_mask`."""
 
-    def __init__(self, env: RolloutEnvironment, instances: list[TrainInstance], tokenizer: Any,
+    def __init__(self, env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                  *, max_completion_length: int, temperature: float) -> None:
         self.env, self.tokenizer = env, tokenizer
         self.by_id = {i.id: i for i in instances}
@@ -211,7 +211,7 @@ def build_grpo_trainer(
     model_path: str | Path,
     tokenizer: Any,
     env: RolloutEnvironment,
-    instances: list[TrainInstance],
+    instances: list[Instance],
     settings: GRPOSettings,
     output_dir: Path,
     *,

@@ -33,7 +33,6 @@ from toolorchestra.envs.task import Action, Task
 from toolorchestra.envs.toolspec import ToolSpec
 from toolorchestra.synthesis.chain import Chain, ChainBuilder, clean
 
-
 CLOSING = "Share only the information you were given."
 
 

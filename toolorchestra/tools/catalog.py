@@ -48,9 +48,6 @@ class Price(BaseModel):
     def tokens_cost(self, usage: Usage) -> float:
         return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
 
-    def scaled(self, factor: float) -> Price:
-        return Price(**{k: v * factor for k, v in self.model_dump().items()})
-
 
 class ModelEntry(BaseModel):
     model_config = _STRICT

@@ -67,11 +67,6 @@ class Toolbox:
             name: jsonschema.Draft202012Validator(tool.parameters) for name, tool in self.tools.items()
         }
 
-    def with_tools(self, extra: Iterable[Tool], prices: dict[str, Price] | None = None) -> Toolbox:
-        """A toolbox with more tools (e.g. a domain's), sharing this one's tools and prices."""
-        return Toolbox([*self.tools.values(), *extra], prices={**self.prices, **(prices or {})},
-                       model_prices=self.model_prices, max_observation_chars=self.max_observation_chars)
-
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
 

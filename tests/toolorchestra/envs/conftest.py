@@ -1,12 +1,10 @@
-"""Fixtures for the envs tests: the shared third-party data and an unseen domain built here."""
+"""Fixtures for the envs tests: an unseen domain built here."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-
-from shared_data import SHARED, TOOLSCALE, shared_or_skip  # noqa: F401 - re-exported to the tests
 
 
 def unseen_db(n: int = 24) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TOOLSCALE, shared_or_skip
+from helpers.third_party import TOOLSCALE, third_party
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.domain import Domain, Limits, load_domain, validate_db
@@ -13,13 +13,13 @@ from toolorchestra.envs.domain import Domain, Limits, load_domain, validate_db
 
 @pytest.mark.parametrize("name", TOOLSCALE)
 def test_toolscale_domains_load(name):
-    domain = load_domain(shared_or_skip("toolscale", name))
+    domain = load_domain(third_party("toolscale", name))
     assert domain.name == name and domain.policy and domain.tools is None
     assert all(layout.kind == "map" and layout.id_field for layout in domain.layouts.values())
 
 
 def test_tau2_mock_loads():
-    domain = load_domain(shared_or_skip("tau2-mock"))
+    domain = load_domain(third_party("tau2-mock"))
     assert set(domain.layouts) == {"tasks", "users"}
     assert domain.layouts["tasks"].id_field == "task_id"
 

@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from conftest import shared_or_skip
+from helpers.third_party import third_party
 
 from toolorchestra.envs.domain import Domain, load_domain
 from toolorchestra.envs.engine import Engine, ReplayError, ToolCallError
@@ -80,7 +80,7 @@ def test_writes_copy_on_write(wh):
 
 
 def test_fork_and_delete(tmp_path):
-    domain = load_domain(shared_or_skip("tau2-mock"))
+    domain = load_domain(third_party("tau2-mock"))
     engine = Engine(domain.tool_specs(), domain.layouts)
     state = DbState(BaseDb(domain.db, domain.layouts))
     twin = state.fork()
@@ -111,7 +111,7 @@ HANDWRITTEN_MOCK = [
 
 def test_handwritten_specs_replay_third_party_tasks(tmp_path):
     """tau2's own mock tasks replay on hand-written declarative specs loaded from tools.json."""
-    src = shared_or_skip("tau2-mock")
+    src = third_party("tau2-mock")
     for name in ("db.json", "policy.md"):
         (tmp_path / name).write_text((src / name).read_text())
     (tmp_path / "tools.json").write_text(json.dumps(HANDWRITTEN_MOCK))

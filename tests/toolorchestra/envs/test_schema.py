@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import shared_or_skip
+from helpers.third_party import third_party
 
 from toolorchestra.envs.domain import Domain, load_domain
 from toolorchestra.envs.idstyle import infer_id_style, next_id
@@ -11,7 +11,7 @@ from toolorchestra.envs.schema import json_path, singular
 
 
 def test_bank_schema():
-    schema = load_domain(shared_or_skip("toolscale", "bank")).schema
+    schema = load_domain(third_party("toolscale", "bank")).schema
     clients = schema.table("clients")
     assert clients.layout.id_field == "client_id"
     assert clients.maps["accounts"].id_field == "account_id" and clients.maps["cards"].id_field == "card_id"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import shared_or_skip
+from helpers.third_party import third_party
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.task import (
@@ -21,7 +21,7 @@ from toolorchestra.envs.task import (
 
 
 def test_tau2_mock_tasks_round_trip_unchanged(tmp_path):
-    path = shared_or_skip("tau2-mock", "tasks.json")
+    path = third_party("tau2-mock", "tasks.json")
     raw = json.loads(path.read_text())
     tasks = load_tasks(path)
     assert len(tasks) == 10

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TOOLSCALE, shared_or_skip
+from helpers.third_party import TOOLSCALE, domain_folder, third_party
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.domain import Domain, load_domain
@@ -15,7 +15,7 @@ from toolorchestra.envs.toolspec import dump_specs, load_tools, parse_spec, pars
 
 @pytest.mark.parametrize("name", [*TOOLSCALE, "tau2-mock"])
 def test_derived_tools_for_shared_domains(name, tmp_path):
-    path = shared_or_skip(*(["tau2-mock"] if name == "tau2-mock" else ["toolscale", name]))
+    path = domain_folder(name)
     domain = load_domain(path)
     specs = domain.tool_specs()
     kinds = {s.kind for s in specs}
@@ -30,7 +30,7 @@ def test_derived_tools_for_shared_domains(name, tmp_path):
 
 
 def test_bank_tool_shapes():
-    specs = {s.name: s for s in load_domain(shared_or_skip("toolscale", "bank")).tool_specs()}
+    specs = {s.name: s for s in load_domain(third_party("toolscale", "bank")).tool_specs()}
     upd = specs["update_client_accounts_status"]
     assert upd.path == ["accounts", "{account_id}", "status"]
     assert upd.parameters["properties"]["status"]["enum"] == ["active", "frozen"]

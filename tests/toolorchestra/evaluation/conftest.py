@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from eval_fixtures import ScriptedLLM, write_tasks_folder
+from helpers.eval_fixtures import ScriptedLLM, write_tasks_folder
 
 
 @pytest.fixture(scope="session")

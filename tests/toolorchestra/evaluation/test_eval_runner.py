@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from eval_fixtures import ScriptedLLM
+from helpers.eval_fixtures import ScriptedLLM
 
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.evaluation import methods as m
@@ -14,7 +14,7 @@ from toolorchestra.evaluation.judges import LLMJudge
 from toolorchestra.evaluation.metrics import task_lists
 from toolorchestra.evaluation.report import write_report
 from toolorchestra.evaluation.runner import EvalConfig, evaluate, make_instance
-from toolorchestra.rl.episodes import EpisodeConfig
+from toolorchestra.episodes.environment import EpisodeConfig
 
 
 @pytest.fixture(scope="module")

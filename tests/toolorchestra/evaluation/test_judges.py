@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from eval_fixtures import ScriptedLLM
+from helpers.eval_fixtures import ScriptedLLM
 
 from toolorchestra.evaluation.judges import (
     LLMJudge,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eval_fixtures import ScriptedLLM
+from helpers.eval_fixtures import ScriptedLLM
 
 from toolorchestra.evaluation.methods import RandomRouterPolicy, expert_methods, mark_extremes
 from toolorchestra.evaluation.metrics import Metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pref_fixtures import expert_catalog_data, write_validated
+from helpers.pref_fixtures import expert_catalog_data, write_validated
 
 from toolorchestra.tools.catalog import parse_catalog
 

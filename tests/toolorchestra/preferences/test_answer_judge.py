@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolorchestra.preferences.judge import contains_answer, judge_answer, parse_number
+from toolorchestra.episodes.judge import contains_answer, judge_answer, parse_number
 
 
 @pytest.mark.parametrize(("predicted", "gold"), [
@@ -47,7 +47,7 @@ def test_contains_answer_matches_whole_numbers_only():
 def test_docstring_examples():
     import doctest
 
-    import toolorchestra.preferences.judge as judge
+    import toolorchestra.episodes.judge as judge
 
     result = doctest.testmod(judge)
     assert result.failed == 0 and result.attempted >= 7

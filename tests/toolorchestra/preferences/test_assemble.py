@@ -10,7 +10,7 @@ import pytest
 
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble, choose_tools, perturbed, split_tasks
 from toolorchestra.preferences.grammar import generate_grammar_pairs
-from toolorchestra.preferences.pool import load_pool
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 from toolorchestra.tools.catalog import Price
 
@@ -33,7 +33,7 @@ def test_instances_respect_requirements(built, expert_catalog):
             assert inst.split == split
             assert inst.catalog_tools == [n for n in catalog_names if n in inst.catalog_tools]  # catalog order
             assert len(inst.catalog_tools) >= config.min_catalog_tools
-            if inst.task_kind == "qa":
+            if inst.kind == "qa":
                 assert "answer" in inst.catalog_tools and inst.domain_tools == []
             else:
                 assert "get_customer_details" in inst.domain_tools and inst.domain == "shop"
@@ -110,8 +110,8 @@ def test_split_tasks_caps_and_fraction(validated):
 
 
 def load_catalog_for_test():
-    from toolorchestra.tools.catalog import parse_catalog
+    from helpers.pref_fixtures import expert_catalog_data
 
-    from pref_fixtures import expert_catalog_data
+    from toolorchestra.tools.catalog import parse_catalog
 
     return parse_catalog(expert_catalog_data(), source="x")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers.pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data
 
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLMError
-from toolorchestra.preferences.describe import (
+from toolorchestra.describe.descriptions import (
     MARKER,
     apply_measurement,
     base_description,
@@ -17,11 +18,9 @@ from toolorchestra.preferences.describe import (
     format_usd,
     relocated_dict,
 )
-from toolorchestra.preferences.measure import DescribeConfig, Measurement
-from toolorchestra.preferences.pool import load_pool
+from toolorchestra.describe.measure import DescribeConfig, Measurement
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.tools.catalog import load_embedded_catalog, parse_catalog
-
-from pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data
 
 
 def _describe(catalog, pool, tmp_path, doubles, **config):

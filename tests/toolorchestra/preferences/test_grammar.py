@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.pref_fixtures import expert_catalog_data
 
 from toolorchestra.preferences.grammar import KINDS, generate_grammar_pairs, remote_tools
 from toolorchestra.preferences.pairs import check_direction
-from toolorchestra.rl.reward import group_rewards
+from toolorchestra.episodes.reward import group_rewards
 from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog, parse_catalog
-
-from pref_fixtures import expert_catalog_data
 
 REPO = Path(__file__).resolve().parents[3]
 NEGATIONS = ("never use", "avoid using", "try not to use")
@@ -36,7 +35,7 @@ def test_every_pair_ranks_two_otherwise_equal_rollouts_as_instructed(name):
     assert {p.kind for p in pairs} == set(KINDS) and not notes
     base = {"cost": 0.02, "latency": 3.0}
     for pair in pairs:
-        assert check_direction(pair, group_rewards) == [], pair
+        assert check_direction(pair) == [], pair
         if pair.kind in ("cost", "cost_latency"):  # cheaper wins under "cost"
             cheap, dear = _rewards_of(pair, [dict(base), {**base, "cost": 0.05}], [True, True])
             assert cheap > dear, pair.instruction

@@ -15,7 +15,6 @@ from toolorchestra.preferences.pairs import (
     save_pairs,
     vector_key,
 )
-from toolorchestra.rl.reward import group_rewards
 
 
 def pair(vector, intents, **kw):
@@ -32,12 +31,12 @@ def test_intents_follow_the_reward_orientation():
 
 def test_direction_check_catches_a_wrong_sign():
     avoid = [{"key": "calls/web_search", "prefer": "lower"}]
-    assert check_direction(pair({"calls/web_search": -1.0}, avoid), group_rewards) == []
-    problems = check_direction(pair({"calls/web_search": 1.0}, avoid), group_rewards)
+    assert check_direction(pair({"calls/web_search": -1.0}, avoid)) == []
+    problems = check_direction(pair({"calls/web_search": 1.0}, avoid))
     assert len(problems) == 1 and "calls/web_search lower should win" in problems[0]
     # a "cheaper" intent with a negative cost weight (the released code's sign bug) is caught
-    assert check_direction(pair({"cost": -1.0}, [{"key": "cost", "prefer": "lower"}]), group_rewards)
-    assert check_direction(pair({"accuracy": 1.0}, [{"key": "cost", "prefer": "lower"}]), group_rewards)
+    assert check_direction(pair({"cost": -1.0}, [{"key": "cost", "prefer": "lower"}]))
+    assert check_direction(pair({"accuracy": 1.0}, [{"key": "cost", "prefer": "lower"}]))
 
 
 def test_model_rejects_bad_pairs():

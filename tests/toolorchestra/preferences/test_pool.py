@@ -7,7 +7,7 @@ import json
 import pytest
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.preferences.pool import QAItem, load_pool, qa_category, task_prompt
+from toolorchestra.episodes.pool import QAItem, load_pool, qa_category, task_prompt
 
 
 def test_pool_finds_qa_and_tool_use_tasks(validated):

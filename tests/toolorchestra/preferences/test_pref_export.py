@@ -8,7 +8,7 @@ import json
 import pytest
 
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble
-from toolorchestra.preferences.export import (
+from toolorchestra.episodes.rows import (
     decode_extra_info,
     decode_ground_truth,
     to_table,
@@ -16,7 +16,7 @@ from toolorchestra.preferences.export import (
     write_verl_parquet,
 )
 from toolorchestra.preferences.grammar import generate_grammar_pairs
-from toolorchestra.preferences.pool import load_pool
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 
 
@@ -42,7 +42,7 @@ def test_rows_have_one_schema_and_decode(instances):
         assert extra["task"] == inst.task
         truth = decode_ground_truth(row["reward_model"])
         assert row["reward_model"]["style"] == "rule" and truth["task_id"] == inst.task_id
-        if inst.task_kind == "qa":
+        if inst.kind == "qa":
             assert truth["answer"] == str(inst.task["answer"])
         else:
             assert truth["evaluation_criteria"]["actions"][0]["name"] == "get_customer_details"

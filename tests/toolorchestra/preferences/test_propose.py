@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pref_fixtures import BAD_SIGN, GOOD, NOT_FINITE, UNKNOWN_KEY, KeywordVerifier, Scripted
+from helpers.pref_fixtures import BAD_SIGN, GOOD, NOT_FINITE, UNKNOWN_KEY, KeywordVerifier, Scripted
 
 from toolorchestra.llm.base import LLMError
 from toolorchestra.preferences.pairs import check_direction
@@ -15,7 +15,6 @@ from toolorchestra.preferences.propose import (
     parse_verdict,
     propose_pairs,
 )
-from toolorchestra.rl.reward import group_rewards
 from toolorchestra.tools.catalog import load_embedded_catalog
 
 
@@ -32,7 +31,7 @@ def test_only_parsed_valid_and_verified_pairs_are_kept():
                              "verifier said no": 1}
     assert [p.kind for p in pairs] == ["avoid_tool", "cost"]
     assert all(p.source == "llm" and p.template.startswith("llm:") for p in pairs)
-    assert all(check_direction(p, group_rewards) == [] for p in pairs)
+    assert all(check_direction(p) == [] for p in pairs)
     # the proposer saw the catalog's tools and the reward keys
     prompt = proposer.seen[0][-1]["content"]
     assert "web_search" in prompt and "calls/<tool>" in prompt

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evaluation"))
-from eval_fixtures import make_checkpoint, save_tiny_model, tiny_catalog_data  # noqa: E402
+from helpers.eval_fixtures import make_checkpoint, save_tiny_model, tiny_catalog_data
 
 
 def mlflow_settings_in(root: Path):

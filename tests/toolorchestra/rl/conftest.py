@@ -57,7 +57,7 @@ def expert() -> ScriptedExpert:
 
 @pytest.fixture(scope="session")
 def splits(rl_tasks, answer_catalog):
-    from toolorchestra.rl.instances import build_instances
+    from toolorchestra.preferences.assemble import build_instances
 
     return build_instances(rl_tasks, answer_catalog, include_policy=False, eval_task_fraction=0.2, seed=0)
 
@@ -77,8 +77,8 @@ def settings(tmp_path_factory):
 
 @pytest.fixture
 def make_env(rl_tasks, answer_catalog, settings, expert):
-    from toolorchestra.rl.episodes import EpisodeConfig, RolloutEnvironment
-    from toolorchestra.rl.instances import DomainLocator
+    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
 
     def make(expert_llm: LLM | None = None, **config) -> RolloutEnvironment:
         chosen = expert_llm or expert

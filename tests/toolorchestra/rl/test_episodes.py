@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolorchestra.rl.episodes import said_to_user, score_rollout
+from toolorchestra.episodes.environment import said_to_user, score_rollout
 
 
 def test_golden_policy_solves_every_tool_use_instance_with_metrics(make_env, tool_use, golden_policy):

@@ -1,5 +1,4 @@
-"""Instances read the same from the preferences stage's exports (datasets folder, parquet, JSONL)
-as from its in-memory assembly."""
+"""Instances read back from the verl rows (datasets folder, parquet, JSONL) equal the assembled ones."""
 
 from __future__ import annotations
 
@@ -9,10 +8,11 @@ import pytest
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble
-from toolorchestra.preferences.export import to_table, write_hf_dataset, write_verl_parquet
+from toolorchestra.episodes.rows import to_table, write_hf_dataset, write_verl_parquet
 from toolorchestra.preferences.pairs import Intent, PreferencePair
-from toolorchestra.preferences.pool import load_pool
-from toolorchestra.rl.instances import DomainLocator, from_assembled, load_instances
+from toolorchestra.episodes.pool import load_pool
+from toolorchestra.episodes.instance import DomainLocator
+from toolorchestra.episodes.rows import load_instances
 
 CHEAP = PreferencePair(id="cost-1", instruction="Keep the cost as low as you can.", vector={"accuracy": 1.0, "cost": 0.5},
                        kind="cost", template="t-cost", intents=[Intent(key="cost", prefer="lower")])
@@ -26,7 +26,7 @@ def assembled(rl_tasks, answer_catalog):
 
 
 def test_exports_load_back_as_the_assembled_instances(assembled, tmp_path):
-    expected = [from_assembled(i) for i in assembled["train"]]
+    expected = assembled["train"]
     assert any(i.preference for i in expected) and any(i.preference is None for i in expected)
     assert {i.kind for i in expected} == {"qa", "tool_use"}
     folder = write_hf_dataset(assembled, tmp_path / "trl")
@@ -43,17 +43,17 @@ def test_exports_load_back_as_the_assembled_instances(assembled, tmp_path):
 
 def test_the_preferences_stage_export_folder_loads_from_its_hf_folder(assembled, tmp_path):
     write_hf_dataset(assembled, tmp_path / "datasets" / "hf")  # the stage's layout: hf/, verl/, manifest.json
-    assert [i.id for i in load_instances(tmp_path / "datasets")] == [from_assembled(i).id for i in assembled["train"]]
+    assert [i.id for i in load_instances(tmp_path / "datasets")] == [i.id for i in assembled["train"]]
     (tmp_path / "broken").mkdir()
     with pytest.raises(ConfigError, match="not a training set"):
         load_instances(tmp_path / "broken")
 
 
 def test_instance_views(assembled):
-    tool_use = next(from_assembled(i) for i in assembled["train"] if i.task_kind == "tool_use")
+    tool_use = next(i for i in assembled["train"] if i.kind == "tool_use")
     assert tool_use.required_tools and set(tool_use.required_tools) <= set(tool_use.domain_tools)
     assert tool_use.question == tool_use.prompt[-1]["content"]
-    qa = next(from_assembled(i) for i in assembled["train"] if i.task_kind == "qa")
+    qa = next(i for i in assembled["train"] if i.kind == "qa")
     assert qa.question == qa.task["question"] and qa.answer == qa.task["answer"] and qa.required_tools == []
     with pytest.raises(ValueError, match="QA instance"):
         _ = qa.tau2_task

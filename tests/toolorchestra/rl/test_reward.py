@@ -1,4 +1,4 @@
-"""Tests for the ToolOrchestra reward and GRPO advantages (toolorchestra/rl/reward.py).
+"""Tests for the ToolOrchestra reward and GRPO advantages (toolorchestra/episodes/reward.py).
 
 Property tests compare against a plain re-implementation of the definition written here, and
 check the invariants the trainer relies on: wrong rollouts get 0, constant terms are skipped,
@@ -16,8 +16,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from toolorchestra.core.errors import OrchestraError
-from toolorchestra.rl import reward as reward_module
-from toolorchestra.rl.reward import RewardInputError, group_advantages, group_rewards
+from toolorchestra.episodes import reward as reward_module
+from toolorchestra.episodes.reward import RewardInputError, group_advantages, group_rewards
 
 TOOLS = ("web_search", "code_interpreter", "expert_llm")
 KEYS = ("accuracy", "cost", "latency") + tuple(f"calls/{t}" for t in TOOLS)

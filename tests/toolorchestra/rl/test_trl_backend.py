@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from toolorchestra.episodes.instance import Preference
 from toolorchestra.llm.base import Completion, Usage
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.rl.config import GRPOSettings
-from toolorchestra.rl.reward import group_advantages, group_rewards
+from toolorchestra.episodes.reward import group_advantages, group_rewards
 from toolorchestra.rl.trl_backend import build_grpo_trainer, prompt_row
 from toolorchestra.rl.transcript import RolloutPolicy
 
@@ -64,7 +65,8 @@ class ScriptedRolloutPolicy(RolloutPolicy):
 @pytest.fixture
 def instance(tool_use):
     chosen = next(i for i in tool_use if i.tau2_task.communicate_info and len(i.tau2_task.actions) <= 2)
-    return chosen.model_copy(update={"preference": {"accuracy": 1.0, "cost": 1.0}})
+    cheap = Preference(id="cost", kind="cost", instruction="Keep it cheap.", vector={"accuracy": 1.0, "cost": 1.0})
+    return chosen.model_copy(update={"preference": cheap})
 
 
 @pytest.fixture
@@ -94,7 +96,7 @@ def test_trl_advantages_are_the_reward_contracts(trainer, instance):
     assert [r.valid for r in rollouts] == [True, True, True, False]
     assert [r.correct for r in rollouts] == [True, True, False, False]
     valid = [r for r in rollouts if r.valid]
-    rewards = group_rewards([r.metrics() for r in valid], [r.correct for r in valid], instance.preference)
+    rewards = group_rewards([r.metrics() for r in valid], [r.correct for r in valid], instance.preference.vector)
     expected = group_advantages(rewards)
     assert expected is not None and rewards[0] > rewards[1] > rewards[2] == 0.0  # cheaper correct wins
     got = out["advantages"].tolist()

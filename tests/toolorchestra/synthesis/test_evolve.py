@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import events_db, shared_or_skip
+from helpers.domains import events_db
+from helpers.third_party import third_party
 
 from toolorchestra.envs.domain import Domain, load_domain
 from toolorchestra.envs.evaluation import Trajectory, evaluate, golden_state
@@ -34,4 +35,4 @@ def test_evolve_unseen_domain():
 
 
 def test_evolve_bank():
-    run(load_domain(shared_or_skip("toolscale", "bank")))
+    run(load_domain(third_party("toolscale", "bank")))

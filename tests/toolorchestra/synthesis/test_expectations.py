@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import events_db
+from helpers.domains import events_db
 
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.envs.domain import Domain

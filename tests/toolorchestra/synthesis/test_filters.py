@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import events_db
+from helpers.domains import events_db
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.domain import Domain

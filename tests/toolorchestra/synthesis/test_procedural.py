@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TOOLSCALE, events_db, shared_or_skip
+from helpers.domains import events_db
+from helpers.third_party import TOOLSCALE, domain_folder
 
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.envs.domain import Domain, load_domain
@@ -40,7 +41,7 @@ def DbState_hash(base):  # noqa: N802 - helper name mirrors the class
 
 @pytest.mark.parametrize("name", [*TOOLSCALE, "tau2-mock"])
 def test_shared_domains_give_50_replayable_tasks(name):
-    path = shared_or_skip(*(["tau2-mock"] if name == "tau2-mock" else ["toolscale", name]))
+    path = domain_folder(name)
     domain = load_domain(path)
     tasks, report = synthesize_tasks(domain, 50, seed=11)
     assert report.produced == len(tasks) == 50 and report.note is None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import events_db, shared_or_skip
+from helpers.domains import events_db
+from helpers.third_party import third_party
 
 from toolorchestra.envs.domain import Domain, load_domain
 from toolorchestra.synthesis.qa import ANSWER_TYPES, records_as_documents, synthesize_qa
@@ -28,7 +29,7 @@ def test_qa_items_shape_and_answers():
 
 
 def test_lookup_answer_is_in_a_document():
-    domain = load_domain(shared_or_skip("toolscale", "medicine"))
+    domain = load_domain(third_party("toolscale", "medicine"))
     docs = records_as_documents(domain)
     assert len(docs) == 270 and all(d["text"] for d in docs)
     texts = "\n".join(d["text"] for d in docs)

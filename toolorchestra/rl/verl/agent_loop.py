@@ -4,7 +4,7 @@ Registered under the name `orchestra_agent` (the parquet's `agent_name`), and li
 generated agent-loop YAML (`actor_rollout_ref.rollout.agent.agent_loop_config_path`) with its
 settings, so verl's workers import it. Per trajectory it:
 
-1. decodes the row into a `TrainInstance` and starts a `VerlEpisode` (fresh database state for a
+1. decodes the row into an `Instance` and starts a `VerlEpisode` (fresh database state for a
    tool-use task, the instance's prices), made current for the tools via a context variable;
 2. offers exactly that episode's tools (their own schemas, capped like the TRL backend), by
    replacing verl's per-sample tool selection;
@@ -26,7 +26,7 @@ from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.tool_agent_loop import AgentState, ToolAgentLoop
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
-from toolorchestra.rl.instances import from_verl_row
+from toolorchestra.episodes.rows import from_verl_row
 from toolorchestra.rl.verl.data import AGENT_NAME, verl_schema
 from toolorchestra.rl.verl.episode import CURRENT, VerlEpisode, environment
 from toolorchestra.rl.verl.tools import OrchestraTool
@@ -40,7 +40,7 @@ class OrchestraAgentLoop(ToolAgentLoop):
         super().__init__(*args, **kwargs)
         self.catalog_path, self.data_roots, self.episode_settings = catalog, list(data_roots or []), dict(episode or {})
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any):  # noqa: ANN201 - verl's AgentLoopOutput
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any):
         row = {"prompt": kwargs["raw_prompt"], "extra_info": kwargs.get("extra_info") or {},
                "data_source": kwargs.get("data_source")}
         instance = from_verl_row(row, source=f"verl sample {kwargs.get('uid', '?')}")

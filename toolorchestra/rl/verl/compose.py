@@ -12,8 +12,8 @@ includes wandb), and `+ray_kwargs.ray_init.address` for an existing cluster.
 `compose(overrides)` builds the config exactly as `main_ppo` would (Hydra compose over verl's
 config folder) and `validate(config)` runs verl's own `validate_config` plus the dataclass checks
 it applies to the actor, so `orchestra train --backend verl --dry-run` catches a broken
-configuration on a laptop without a GPU. `flatten_yaml(config)` is the resolved YAML committed under
-`infra/verl/` for reference.
+configuration on a laptop without a GPU. `reference_yaml(settings)` is the resolved YAML committed under
+`infra/verl/` for reference (a test keeps it current).
 """
 
 from __future__ import annotations
@@ -154,6 +154,34 @@ def flatten_yaml(config: Any) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(config, resolve=False)
+
+
+REFERENCE = Path("infra") / "verl" / "ppo_orchestra.yaml"
+"""The reference copy of the composed config, committed for review (relative to the workspace)."""
+REGENERATE = f"orchestra train --backend verl --reference {REFERENCE.as_posix()}"
+
+
+def reference_yaml(s: VerlSettings, *, clip: float, min_std: float) -> str:
+    """The committed reference (`REFERENCE`): the config composed from `s`, with the run's files
+    named relative to the workspace (`.orchestra/verl/<experiment>/`, where a dry run writes them)
+    and `ray_address=auto`, under a header that lists the overrides. Deterministic: a test compares
+    it with the committed copy."""
+    from importlib.metadata import version
+
+    folder = Path(".orchestra") / "verl" / s.experiment_name
+    files = VerlFiles(train=folder / "train.parquet", val=folder / "val.parquet", tool_config=folder / "tools.yaml",
+                      agent_loops=folder / "agent_loops.yaml", checkpoints=folder / "checkpoints")
+    hydra_overrides = overrides(s, files, clip=clip, min_std=min_std, ray_address="auto")
+    composed = compose(hydra_overrides)
+    validate(composed)
+    header = [
+        f"# verl {version('verl')} `ppo_trainer` config composed by toolorchestra from params.yaml's train.verl",
+        "# (its defaults are the paper's setting). Generated for reference by toolorchestra.rl.verl.compose;",
+        f"# do not edit: regenerate with `{REGENERATE}`.",
+        "# Hydra overrides used:",
+        *(f"#   {o}" for o in hydra_overrides),
+    ]
+    return "\n".join(header) + "\n" + flatten_yaml(composed)
 
 
 def command(hydra_overrides: list[str], *, submit: str = "direct", ray_address: str | None = None,

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.agent.trajectory import Trajectory, Turn
+from toolorchestra.episodes.environment import EpisodeConfig, EpisodeSetup, RolloutEnvironment, answered, score_rollout
+from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.llm.base import Usage
 from toolorchestra.llm.hermes import MalformedToolCall, parse_tool_call
-from toolorchestra.rl.episodes import EpisodeConfig, EpisodeSetup, RolloutEnvironment, answered, score_rollout
-from toolorchestra.rl.instances import DomainLocator, TrainInstance
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import CallResult
 
@@ -47,7 +47,7 @@ def environment(catalog: str | None, data_roots: list[str], episode: dict[str, A
 @dataclass
 class VerlEpisode:
     env: RolloutEnvironment
-    instance: TrainInstance
+    instance: Instance
     setup: EpisodeSetup
     context: EpisodeContext
     calls: list[tuple[str, dict[str, Any], CallResult]] = field(default_factory=list)
@@ -55,7 +55,7 @@ class VerlEpisode:
     done: bool = False
 
     @classmethod
-    def start(cls, env: RolloutEnvironment, instance: TrainInstance) -> VerlEpisode:
+    def start(cls, env: RolloutEnvironment, instance: Instance) -> VerlEpisode:
         return cls(env=env, instance=instance, setup=env.setup(instance), context=EpisodeContext(task=instance.question))
 
     @property
@@ -81,7 +81,8 @@ class VerlEpisode:
         and the recorded calls, which were executed in the order the segments asked for them."""
         price = self.env.policy_price(self.instance)
         total_generated = sum(n for _, _, n in segments) or 1
-        trajectory = Trajectory(task=self.instance.question, preference=self.instance.preference_text,
+        pref = self.instance.preference
+        trajectory = Trajectory(task=self.instance.question, preference=pref.instruction if pref else None,
                                 policy="verl", messages=[dict(m) for m in self.instance.prompt])
         calls = iter(self.calls)
         for index, (text, context_tokens, generated) in enumerate(segments):

@@ -26,10 +26,11 @@ import yaml
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.fs import atomic_write_text
 from toolorchestra.core.settings import Settings
+from toolorchestra.episodes.instance import DomainLocator, Instance
+from toolorchestra.episodes.rows import write_verl_parquet
 from toolorchestra.rl.config import TrainConfig
-from toolorchestra.rl.instances import DomainLocator, TrainInstance
 from toolorchestra.rl.verl import compose as verl_compose
-from toolorchestra.rl.verl.data import AGENT_NAME, collect_specs, tool_config, verl_row, write_parquet
+from toolorchestra.rl.verl.data import AGENT_NAME, collect_specs, tool_config
 from toolorchestra.tools.catalog import Catalog
 
 
@@ -42,26 +43,23 @@ class PreparedRun:
     config: Any
 
 
-def prepare(config: TrainConfig, instances: list[TrainInstance], *, catalog: Catalog, catalog_path: Path | None,
+def prepare(config: TrainConfig, instances: list[Instance], *, catalog: Catalog, catalog_path: Path | None,
             domains: DomainLocator, settings: Settings, folder: Path, llm_for: Any = None) -> PreparedRun:
     """Write the run's inputs into `folder`, compose and validate (see the module docstring)."""
-    from toolorchestra.rl.episodes import RolloutEnvironment
+    from toolorchestra.episodes.environment import RolloutEnvironment
     from toolorchestra.rl.train import select_instances
 
     instances = select_instances(config, instances)
     folder.mkdir(parents=True, exist_ok=True)
     env = RolloutEnvironment(catalog, settings, domains, config.episode, llm_for=llm_for)
-    offered = []
-    rows = []
-    for index, instance in enumerate(instances):
-        specs = env.setup(instance).specs
-        offered.append(specs)
-        rows.append(verl_row(instance, index, tools=[s["function"]["name"] for s in specs]))
+    offered = [env.setup(instance).specs for instance in instances]
     files = verl_compose.VerlFiles(train=folder / "train.parquet", val=folder / "val.parquet",
                                    tool_config=folder / "tools.yaml", agent_loops=folder / "agent_loops.yaml",
                                    checkpoints=folder / "checkpoints")
-    write_parquet(rows, files.train)
-    write_parquet(rows[: max(1, min(len(rows), config.verl.train_batch_size))], files.val)
+    # The agent loop rebuilds each episode's tools from its row (`env.setup`, the same cap).
+    write_verl_parquet(instances, files.train, agent_name=AGENT_NAME)
+    write_verl_parquet(instances[: max(1, min(len(instances), config.verl.train_batch_size))], files.val,
+                       agent_name=AGENT_NAME)
     atomic_write_text(files.tool_config, yaml.safe_dump(tool_config(collect_specs(offered)), sort_keys=False))
     if catalog_path is None:  # the embedded catalog: write it so workers load the same one
         import json
@@ -98,7 +96,7 @@ def last_actor(checkpoints: Path) -> Path:
     return actor
 
 
-def train_verl(config: TrainConfig, instances: list[TrainInstance], *, catalog: Catalog, domains: DomainLocator,
+def train_verl(config: TrainConfig, instances: list[Instance], *, catalog: Catalog, domains: DomainLocator,
                settings: Settings, out_dir: Path, catalog_path: Path | None = None) -> dict[str, float]:
     """Launch verl and export the merged actor into `out_dir` (a checkpoint folder)."""
     from toolorchestra.core.fs import atomic_write_json

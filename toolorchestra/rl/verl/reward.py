@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any
 
-from toolorchestra.rl.reward import group_advantages, group_rewards
+from toolorchestra.episodes.reward import group_advantages, group_rewards
 
 log = logging.getLogger(__name__)
 BOARD_NAME = "orchestra_group_board"

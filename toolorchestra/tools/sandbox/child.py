@@ -8,10 +8,15 @@ reports its setup as one JSON line on the status pipe, installs the audit hook a
 code as `__main__`. Only the standard library is used here: the child runs with `-I`.
 """
 
-import json, os, sys
+import json
+import os
+import sys
+
 
 def _setup(cfg, status_fd):
-    import ctypes, resource, signal
+    import ctypes
+    import resource
+    import signal
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
@@ -95,7 +100,10 @@ def _main():
     os.write(status_fd, (json.dumps({"event": "ready", **info}) + "\n").encode())
     memory_note = b'{"event": "memory"}\n'
 
-    import builtins, linecache, traceback, types
+    import builtins
+    import linecache
+    import traceback
+    import types
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
     sys.argv = ["<code>"]
     sys.path.insert(0, cfg["workdir"])

@@ -6,7 +6,8 @@ including those that left the call's process group. `processes.kill_all` runs it
 does nothing.
 """
 
-import os, sys
+import os
+import sys
 
 
 def _main() -> None:

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.rl.config import TrainConfig
-from toolorchestra.rl.verl.data import verl_row
+from toolorchestra.episodes.rows import verl_row
+from toolorchestra.rl.verl.data import AGENT_NAME
 
 
 class ScriptedServer:
@@ -85,7 +86,7 @@ def loop_factory(tiny_llm, rl_tasks, answer_catalog, settings, expert, tmp_path,
 
     def play(instance, replies, uid="group-1", session=0):
         """Run one trajectory (verl's loops bind to the running event loop: build them inside it)."""
-        row = verl_row(instance, 0)
+        row = verl_row(instance, 0, AGENT_NAME, instance.tools)
 
         async def main():
             loop, server = await build(replies)

@@ -55,7 +55,8 @@ def test_launch_commands():
 def test_prepare_writes_inputs_verl_loads(splits, answer_catalog, settings, rl_tasks, expert, tmp_path):
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    from toolorchestra.rl.instances import DomainLocator, from_verl_row
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.episodes.rows import from_verl_row
     from toolorchestra.rl.verl.tools import OrchestraTool
 
     config = TrainConfig.model_validate({"backend": "verl", "episode": {"max_domain_tools": 3},
@@ -85,7 +86,7 @@ def test_rows_load_with_verls_dataset(splits, answer_catalog, settings, rl_tasks
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from toolorchestra.rl.instances import DomainLocator
+    from toolorchestra.episodes.instance import DomainLocator
 
     config = TrainConfig.model_validate({"backend": "verl", "data": {"max_instances": 4}})
     run = prepare(config, splits["train"], catalog=answer_catalog, catalog_path=None, domains=DomainLocator([rl_tasks]),

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import torch
 
-from toolorchestra.rl.reward import group_advantages, group_rewards
+from toolorchestra.episodes.reward import group_advantages, group_rewards
 from toolorchestra.rl.verl import reward as verl_reward
 
 

@@ -1,11 +1,8 @@
-"""Fixtures for the synthesis tests: shared third-party data and an unseen events domain."""
+"""Domains built in the tests, with conventions unlike the vendored ToolScale ones."""
 
 from __future__ import annotations
 
 from typing import Any
-
-
-from shared_data import SHARED, TOOLSCALE, shared_or_skip  # noqa: F401 - re-exported to the tests
 
 
 def events_db(n: int = 20) -> dict[str, Any]:

@@ -4,15 +4,13 @@ DVC owns caching and hashing: a stage whose dependencies, parameters and outputs
 is skipped; one that runs is reproduced by `dvc repro --single-item` in a subprocess, so DVC takes
 its repository lock and records the new hashes in `dvc.lock`.
 
-A stage that fails tells why through a status file the runner writes
-(`.orchestra/stage-status/<name>.json`): `invalid` (bad parameters or data; retrying cannot help)
-or `crash` (anything else; worth a retry).
+A stage that fails tells why through the status file the runner writes (`stagekit.status`):
+`invalid` (bad parameters or data; retrying cannot help) or `crash` (anything else; worth a retry).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -22,10 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from stagekit.status import read_status, status_file
 from toolorchestra.core.errors import OrchestraError
-from toolorchestra.core.fs import atomic_write_json
-
-STATUS_DIR = Path(".orchestra") / "stage-status"
 
 
 class StageFailed(OrchestraError):
@@ -33,7 +29,7 @@ class StageFailed(OrchestraError):
         self.stage, self.kind, self.message = stage, kind, message
         super().__init__(f"stage {stage!r} failed ({kind}): {message}")
 
-    def __reduce__(self):  # noqa: ANN204 - pickle (Prefect, Ray) calls __init__ with these args
+    def __reduce__(self):
         return (type(self), (self.stage, self.kind, self.message))
 
     @property
@@ -84,24 +80,6 @@ def stage_changes(workspace: Path, name: str) -> Any:
     """DVC's status for one stage: empty when it is up to date."""
     with _repo(workspace) as repo:
         return repo.status(targets=[name]).get(name, {})
-
-
-def status_file(workspace: Path, name: str) -> Path:
-    return workspace / STATUS_DIR / f"{name}.json"
-
-
-def write_status(workspace: Path, name: str, *, ok: bool, kind: str | None = None, message: str = "",
-                 metrics: dict[str, float] | None = None) -> None:
-    atomic_write_json(status_file(workspace, name), {
-        "stage": name, "ok": ok, "kind": kind, "message": message, "metrics": metrics or {}, "time": time.time(),
-    })
-
-
-def read_status(workspace: Path, name: str) -> dict[str, Any]:
-    try:
-        return json.loads(status_file(workspace, name).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def reproduce(workspace: Path, name: str, *, force: bool = False) -> StageOutcome:

@@ -25,13 +25,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pipelines._stage import StageParams, StagePaths
+from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.fs import atomic_write_json, replace_path
 from toolorchestra.core.settings import Settings, load_settings
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-NOT_STAGES = {"runner", "tracking", "graph", "lineage"}
 
 
 def load_params_file(path: Path) -> dict[str, Any]:
@@ -55,7 +54,7 @@ def stage_output(workspace: Path, stage: str, key: str, default: str, params_fil
 
 
 def stage_module(name: str) -> ModuleType:
-    if not _NAME.match(name) or name in NOT_STAGES:
+    if not _NAME.match(name):
         raise ConfigError(None, f"{name!r} is not a stage name", key="stage")
     try:
         module = importlib.import_module(f"pipelines.{name}")
@@ -87,12 +86,19 @@ def validate_params(name: str, module: ModuleType, all_params: dict[str, Any], s
         raise ConfigError(source, problems) from None
 
 
-def stage_paths(params: StageParams, workspace: Path, stage: str, settings: Settings | None = None) -> StagePaths:
+def existing_deps(params: StageParams, workspace: Path, stage: str) -> dict[str, Path]:
+    """The stage's input paths, resolved against the workspace; a missing one is a ConfigError
+    naming every missing key (checked before anything is written)."""
     deps = {k: (workspace / v).resolve() for k, v in params.deps.items()}
     missing = [f"{k}={params.deps[k]}" for k, p in deps.items() if not p.exists()]
     if missing:
         raise ConfigError(None, f"stage {stage!r}: inputs do not exist: {', '.join(missing)} "
                           "(run the stages that produce them first)", key=f"{stage}.deps")
+    return deps
+
+
+def stage_paths(params: StageParams, workspace: Path, stage: str, settings: Settings | None = None) -> StagePaths:
+    deps = existing_deps(params, workspace, stage)
     outs = {}
     for key, rel in params.outs.items():
         final = (workspace / rel).resolve()
@@ -129,7 +135,7 @@ def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: S
               track: bool = True) -> dict[str, float]:
     """Run a stage and record its outcome in `.orchestra/stage-status/<name>.json` for the flow:
     `invalid` for problems with parameters or data (`OrchestraError`), `crash` for the rest."""
-    from pipelines.graph import write_status
+    from stagekit.status import write_status
 
     params_file = Path(params_file).resolve()
     workspace = (settings.workspace if settings else params_file.parent)
@@ -157,7 +163,7 @@ def _run_stage(name: str, params_file: Path, settings: Settings | None, track: b
         if track:
             import mlflow
 
-            from pipelines.tracking import stage_run
+            from stagekit.tracking import stage_run
 
             with stage_run(settings, name, params=params.model_dump(mode="json"),
                            deps=list(params.deps.values())):

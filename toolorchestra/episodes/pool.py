@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.task import Task, dump_task, load_tasks
-from toolorchestra.preferences.judge import parse_number
+from toolorchestra.episodes.judge import parse_number
 
 if TYPE_CHECKING:
     from toolorchestra.envs.domain import Domain

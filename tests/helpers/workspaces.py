@@ -1,5 +1,5 @@
 """Throw-away project workspaces for flow and cluster tests: a git + DVC folder laid out like this
-repository (its code, dvc.yaml, params.yaml with overrides), committed."""
+repository (its code, dvc.yaml, a parameters file with overrides), committed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+TINY_PROFILE = REPO / "params" / "tiny.yaml"
+"""The CPU toy profile: a complete parameters file, the whole graph in minutes."""
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -18,10 +20,11 @@ def git(cwd: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_project_workspace(root: Path, params: dict | None = None, *, folders: Iterable[str] = (),
-                           files: Iterable[str] = ()) -> Path:
-    """`root` with the library, the stages and `folders`/`files` of this repository; each section
-    of `params` is merged over params.yaml's (top-level keys of a section replace the default's)."""
+def make_project_workspace(root: Path, params: dict | None = None, *, profile: Path = REPO / "params.yaml",
+                           folders: Iterable[str] = (), files: Iterable[str] = ()) -> Path:
+    """`root` with the library, the stages and `folders`/`files` of this repository, and
+    `profile` (a complete parameters file) as its params.yaml; each section of `params` is merged
+    over the profile's (top-level keys of a section replace the profile's)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("pipelines", "toolorchestra", *folders):
         shutil.copytree(REPO / folder, root / folder, ignore=ignore)
@@ -29,7 +32,7 @@ def make_project_workspace(root: Path, params: dict | None = None, *, folders: I
         shutil.copy(REPO / name, root / name)
     (root / ".dvc").mkdir()
     shutil.copy(REPO / ".dvc" / "config", root / ".dvc" / "config")
-    merged = yaml.safe_load((REPO / "params.yaml").read_text())
+    merged = yaml.safe_load(profile.read_text())
     for section, values in (params or {}).items():
         merged[section] = {**merged.get(section, {}), **values}
     (root / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))

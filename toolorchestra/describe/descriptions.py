@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from toolorchestra.core.settings import Settings
+from toolorchestra.describe.measure import CategoryStats, DescribeConfig, Measurement, Record, measure
+from toolorchestra.episodes.pool import TaskPool
 from toolorchestra.llm.base import LLM, LLMError
-from toolorchestra.preferences.measure import CategoryStats, DescribeConfig, Measurement, Record, measure
-from toolorchestra.preferences.pool import TaskPool
 from toolorchestra.tools.catalog import Catalog, LocalSearchBackend
 
 MARKER = "Measured on sampled tasks"

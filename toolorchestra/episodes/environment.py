@@ -1,4 +1,4 @@
-"""Rollout episodes over training instances: tools, the agent loop, and scoring.
+"""Episodes over instances: tools, the agent loop, and scoring (training and evaluation alike).
 
 `RolloutEnvironment.run(policy, instances)` plays one episode per instance, all in lockstep (one
 batched generation per turn), with the project's agent loop (`toolorchestra.agent.loop`):
@@ -40,9 +40,9 @@ from toolorchestra.agent.loop import Orchestrator
 from toolorchestra.agent.trajectory import Trajectory, Turn
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
+from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.llm.base import LLM, Message
 from toolorchestra.llm.hermes import format_tool_call, strip_tool_calls
-from toolorchestra.rl.instances import DomainLocator, TrainInstance
 from toolorchestra.tools.catalog import Catalog, Price
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import Toolbox
@@ -69,7 +69,7 @@ class EpisodeConfig(BaseModel):
 class Rollout:
     """One finished episode and its outcome."""
 
-    instance: TrainInstance
+    instance: Instance
     trajectory: Trajectory
     tools: list[dict[str, Any]]
     correct: bool
@@ -108,10 +108,10 @@ def answered(trajectory: Trajectory) -> bool:
     return trajectory.stop_reason in ("answer_tool", "final_message") and bool((trajectory.answer or "").strip())
 
 
-def score_rollout(instance: TrainInstance, trajectory: Trajectory, env: Any = None) -> tuple[bool, dict[str, Any]]:
+def score_rollout(instance: Instance, trajectory: Trajectory, env: Any = None) -> tuple[bool, dict[str, Any]]:
     """(correct, details). A tool-use instance needs its episode's live `DomainEnv`."""
     if instance.kind == "qa":
-        from toolorchestra.preferences.judge import judge_answer
+        from toolorchestra.episodes.judge import judge_answer
 
         ok = answered(trajectory) and judge_answer(trajectory.answer, instance.answer)
         return ok, {"answer": trajectory.answer, "gold": instance.answer}
@@ -134,7 +134,7 @@ def score_rollout(instance: TrainInstance, trajectory: Trajectory, env: Any = No
 class EpisodeSetup:
     """One episode's instance, toolbox (with its own database when tool use) and tool schemas."""
 
-    instance: TrainInstance
+    instance: Instance
     toolbox: Toolbox
     specs: list[dict[str, Any]]
     env: Any = None
@@ -179,7 +179,7 @@ class RolloutEnvironment:
         assert self._catalog_tools is not None or not names
         return self._catalog_tools if self._catalog_tools is not None else Toolbox([])
 
-    def offered_domain_tools(self, instance: TrainInstance) -> list[str]:
+    def offered_domain_tools(self, instance: Instance) -> list[str]:
         """The instance's domain tools, capped at `max_domain_tools` (golden ones always kept)."""
         names = list(instance.domain_tools)
         cap = self.config.max_domain_tools
@@ -191,7 +191,7 @@ class RolloutEnvironment:
         keep = set(required) | set(rng.sample(rest, max(0, min(len(rest), cap - len(required)))))
         return [n for n in names if n in keep]
 
-    def setup(self, instance: TrainInstance) -> EpisodeSetup:
+    def setup(self, instance: Instance) -> EpisodeSetup:
         """A fresh episode's toolbox (its own database state when it is a tool-use task)."""
         tools = []
         env = None
@@ -212,18 +212,18 @@ class RolloutEnvironment:
                       max_observation_chars=self.config.max_observation_chars)
         return EpisodeSetup(instance=instance, toolbox=box, specs=box.specs(), env=env)
 
-    def policy_price(self, instance: TrainInstance) -> Price:
+    def policy_price(self, instance: Instance) -> Price:
         alias = self.config.policy_alias or self.catalog.policy
         if alias is None:
             return Price()
         return instance.model_prices.get(alias) or (self.catalog.models[alias].price if alias in self.catalog.models else Price())
 
-    def preference(self, instance: TrainInstance) -> dict[str, float]:
-        return dict(instance.preference) if instance.preference else dict(self.config.default_preference)
+    def preference(self, instance: Instance) -> dict[str, float]:
+        return dict(instance.preference.vector) if instance.preference else dict(self.config.default_preference)
 
     # -- episodes
 
-    def run(self, policy: LLM, instances: list[TrainInstance], *, temperature: float = 1.0,
+    def run(self, policy: LLM, instances: list[Instance], *, temperature: float = 1.0,
             seed: int | None = None) -> list[Rollout]:
         """One episode per instance (repeat an instance for a GRPO group), in lockstep: each
         episode starts from its instance's prompt with its own toolbox."""
@@ -246,7 +246,7 @@ class RolloutEnvironment:
             price = self.policy_price(setup.instance)
             for turn in trajectory.turns:  # the policy's own tokens, at this instance's price
                 turn.cost_usd += price.tokens_cost(turn.policy_usage)
-            trajectory.preference = setup.instance.preference_text
+            trajectory.preference = setup.instance.preference.instruction if setup.instance.preference else None
             correct, details = score_rollout(setup.instance, trajectory, setup.env)
             rollouts.append(Rollout(instance=setup.instance, trajectory=trajectory, tools=setup.specs,
                                     correct=correct, answered=answered(trajectory), details=details))
@@ -254,7 +254,7 @@ class RolloutEnvironment:
 
     # -- golden trajectories (SFT)
 
-    def golden_conversation(self, instance: TrainInstance) -> tuple[list[Message], list[dict[str, Any]]] | None:
+    def golden_conversation(self, instance: Instance) -> tuple[list[Message], list[dict[str, Any]]] | None:
         """The golden actions as Hermes calls with their observations, then a reply that states
         the values to communicate; None for QA instances (no golden trajectory) or a task whose
         golden replay is not scored correct."""

@@ -1,6 +1,8 @@
-"""Export instances as verl parquet and as a Hugging Face `datasets` folder (TRL).
+"""Instances as verl rows: the one writer and the one reader of the training-set format.
 
-Both exports hold the same rows, in verl's RL data format (`verl.utils.dataset.RLHFDataset`):
+The `preferences` stage exports instances as verl parquet and as a Hugging Face `datasets` folder
+(TRL); the verl launcher writes the same rows for its cluster run. Every file holds rows in verl's
+RL data format (`verl.utils.dataset.RLHFDataset`):
 
 | column | content |
 | --- | --- |
@@ -14,19 +16,28 @@ Both exports hold the same rows, in verl's RL data format (`verl.utils.dataset.R
 The Arrow schema is explicit so every row has the same types, whatever its preference or tools:
 mappings whose keys vary by row (a preference vector, prices per tool) are stored as lists of
 structs, and free-form JSON (a tau2 task, the ground truth) as text. `decode_extra_info` turns a
-row's `extra_info` back into plain mappings for a reward function.
+row's `extra_info` back into plain mappings for a reward function; `from_verl_row` turns a whole
+row back into its `Instance`, and `load_instances(path)` reads any of the files (a `datasets`
+folder, the preferences stage's export folder, a parquet file, or JSONL rows).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from toolorchestra.preferences.assemble import Instance, Split, dumps
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.instance import Instance, Preference, Split
+from toolorchestra.tools.catalog import Price
 
 _PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_call", "per_second")
+
+
+def dumps(value: Any) -> str:
+    """JSON text as the rows store it (sorted keys, so equal values are equal text)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def price_type() -> Any:
@@ -92,11 +103,11 @@ def verl_row(instance: Instance, index: int, agent_name: str, tool_names: list[s
     return {
         "data_source": instance.data_source,
         "prompt": [{"role": m["role"], "content": m["content"]} for m in instance.prompt],
-        "ability": instance.task_kind,
+        "ability": instance.kind,
         "reward_model": {"style": "rule", "ground_truth": dumps(instance.ground_truth)},
         "extra_info": {
             "index": index, "split": instance.split, "instance_id": instance.id, "task_id": instance.task_id,
-            "task_kind": instance.task_kind, "domain": instance.domain, "agent_name": agent_name,
+            "task_kind": instance.kind, "domain": instance.domain, "agent_name": agent_name,
             "tools": instance.tools, "tool_selection": instance.tools, "catalog_tools": instance.catalog_tools,
             "tool_prices": price_rows(instance.tool_prices), "model_prices": price_rows(instance.model_prices),
             "preference": None if pref is None else {
@@ -176,3 +187,99 @@ def decode_extra_info(extra_info: Mapping[str, Any]) -> dict[str, Any]:
 
 def decode_ground_truth(reward_model: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(reward_model["ground_truth"])
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def _prices(value: Any) -> dict[str, Price]:
+    if not value:
+        return {}
+    if isinstance(value, Mapping):  # {name: {field: usd}}
+        return {k: Price(**v) for k, v in value.items()}
+    return {p["name"]: Price(**{k: v for k, v in p.items() if k != "name"}) for p in value}
+
+
+def _preference(value: Mapping[str, Any] | None) -> Preference | None:
+    if not value:
+        return None
+    weights = value.get("weights")
+    vector = ({w["key"]: float(w["weight"]) for w in weights} if isinstance(weights, list)
+              else {k: float(v) for k, v in (weights or value.get("vector") or {}).items()})
+    return Preference(id=value["id"], kind=value["kind"], instruction=value["instruction"], vector=vector)
+
+
+def from_verl_row(row: Mapping[str, Any], *, source: str = "<row>") -> Instance:
+    """The instance a row was written from (`verl_row`'s inverse)."""
+    try:
+        extra = dict(row["extra_info"])
+        task = extra.get("task")
+        task = json.loads(task) if isinstance(task, str) else dict(task or {})
+        truth = (row.get("reward_model") or {}).get("ground_truth")
+        truth = json.loads(truth) if isinstance(truth, str) else dict(truth or {})
+        tools = list(extra.get("tools") or [])
+        catalog_tools = list(extra.get("catalog_tools") or [])
+        return Instance(
+            id=str(extra.get("instance_id") or extra.get("index")), split=extra.get("split") or "train",
+            kind=extra.get("task_kind") or row.get("ability"), task_id=str(extra.get("task_id") or task.get("id")),
+            data_source=row.get("data_source") or "toolorchestra", domain=extra.get("domain"), task=task,
+            ground_truth=truth, preference=_preference(extra.get("preference")),
+            catalog_tools=catalog_tools, domain_tools=[t for t in tools if t not in set(catalog_tools)],
+            tool_prices=_prices(extra.get("tool_prices")), model_prices=_prices(extra.get("model_prices")),
+            prompt=[{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(source, f"not a training-instance row (verl format with extra_info): {exc}") from None
+
+
+def _rows_of_folder(path: Path, split: str) -> list[dict[str, Any]]:
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except FileNotFoundError:
+        raise ConfigError(path, "not a training set: neither a `datasets` folder nor the preferences stage's "
+                          "export (hf/, verl/, manifest.json); re-run the preferences stage") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise ConfigError(path, f"no split {split!r}; the folder has {sorted(loaded)}", key="split")
+        loaded = loaded[split]
+    return loaded.to_list()
+
+
+def _rows_of_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(path, f"line {lineno}: not JSON: {exc.msg}") from None
+    return rows
+
+
+def load_instances(path: str | Path, *, split: str = "train") -> list[Instance]:
+    """Instances from a `datasets` folder (`split` of a DatasetDict), a parquet file, or JSONL rows.
+
+    The `preferences` stage's export folder (`data/datasets`: `hf/`, `verl/`, `manifest.json`) is
+    accepted as is and read from its `hf/` folder.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(path, "training set not found (run the preferences stage first)")
+    if (path / "hf" / "dataset_dict.json").is_file():
+        path = path / "hf"
+    rows: Iterable[Mapping[str, Any]]
+    if path.is_dir():
+        rows = _rows_of_folder(path, split)
+    elif path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    else:
+        rows = _rows_of_jsonl(path)
+    out = [from_verl_row(r, source=f"{path}[{i}]") for i, r in enumerate(rows)]
+    ids = [i.id for i in out]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(path, "instance ids are not unique")
+    return out

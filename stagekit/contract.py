@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from toolorchestra.core.settings import Settings, load_settings
 
@@ -19,8 +20,25 @@ class StageParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    REQUIRED_DEPS: ClassVar[dict[str, str]] = {}
+    """Input keys a stage cannot run without, each with an example path for the error message."""
+    REQUIRED_OUTS: ClassVar[dict[str, str]] = {}
+    """Output keys, likewise; an example without a suffix marks a folder output."""
+
     deps: dict[str, str] = {}
     outs: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _declared_paths(self) -> StageParams:
+        for where, mapping, required in (("deps", self.deps, self.REQUIRED_DEPS),
+                                         ("outs", self.outs, self.REQUIRED_OUTS)):
+            for key, example in required.items():
+                if key not in mapping:
+                    raise ValueError(f"{where}.{key} is required (e.g. {where}: {{{key}: {example}}})")
+        for key, example in self.REQUIRED_OUTS.items():
+            if not Path(example).suffix and Path(self.outs[key]).suffix:
+                raise ValueError(f"outs.{key} must be a folder path (no file suffix), e.g. {example}")
+        return self
 
 
 class StagePaths(BaseModel):

@@ -15,7 +15,7 @@ For every LLM tool of the catalog and every model alias it routes to, the real t
 
 Cost comes from catalog prices (the toolbox prices every call), latency is wall time. Calls run in
 a thread pool (LLM calls are I/O-bound); results keep the job order, so output is deterministic
-for deterministic models. `describe.py` turns the figures into descriptions.
+for deterministic models. `descriptions.py` turns the figures into descriptions.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from toolorchestra.core.settings import Settings
 from toolorchestra.envs.domain_tools import DomainEnv
 from toolorchestra.envs.evaluation import ToolCall
 from toolorchestra.envs.evaluation import Trajectory as EnvTrajectory
+from toolorchestra.episodes.judge import contains_answer, judge_answer
+from toolorchestra.episodes.pool import CATEGORIES, Category, QAItem, TaskPool, ToolUseTask, task_prompt
 from toolorchestra.llm.base import LLM
-from toolorchestra.preferences.judge import contains_answer, judge_answer
-from toolorchestra.preferences.pool import CATEGORIES, Category, QAItem, TaskPool, ToolUseTask, task_prompt
 from toolorchestra.tools.catalog import Catalog, ExpertBackend, ToolEntry
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import Toolbox, build_toolbox

@@ -14,19 +14,19 @@ from typing import Any
 
 import yaml
 
-from pipelines.tracking import configure
+from stagekit.tracking import configure
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.settings import Settings
 
 
-def _client(settings: Settings):  # noqa: ANN202
+def _client(settings: Settings):
     from mlflow import MlflowClient
 
     configure(settings)
     return MlflowClient(tracking_uri=settings.tracking_uri)
 
 
-def resolve(client, ref: str) -> tuple[dict[str, Any] | None, Any]:  # noqa: ANN001
+def resolve(client, ref: str) -> tuple[dict[str, Any] | None, Any]:
     """(model version info or None, the MLflow run it points to)."""
     from mlflow.exceptions import MlflowException
 
@@ -49,7 +49,7 @@ def resolve(client, ref: str) -> tuple[dict[str, Any] | None, Any]:  # noqa: ANN
         raise OrchestraError(f"cannot resolve {ref!r}: {exc.message}") from None
 
 
-def _lock_of(client, run_id: str) -> dict[str, Any]:  # noqa: ANN001
+def _lock_of(client, run_id: str) -> dict[str, Any]:
     import os
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep --json output clean
