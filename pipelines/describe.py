@@ -85,10 +85,7 @@ def describe(params: Params, *, catalog_path: Path, tasks_path: Path, out_path: 
     catalog = load_catalog(catalog_path)
     if search_corpus is not None:
         catalog = catalog.with_search_corpus(search_corpus)
-    pool = load_pool(tasks_path, domains_root=domains_path)
-    if not len(pool):
-        raise ConfigError(tasks_path, "no tasks found: expected domain folders with tasks.json and/or QA .jsonl "
-                          "files (run the synthesize and validate stages first)")
+    pool = load_pool(tasks_path, domains_root=domains_path, required=True)
     summarizer = None
     if params.summarizer is not None:
         if params.summarizer not in catalog.models:

@@ -98,10 +98,7 @@ def make_preferences(params: Params, *, catalog_path: Path, tasks_path: Path, pr
     """Build and write everything into the two (staged) folders; returns metrics and the build.
     `llms` may supply the proposer / verifier backends directly (by role)."""
     catalog = load_catalog(catalog_path)
-    pool = load_pool(tasks_path, domains_root=domains_path)
-    if not len(pool):
-        raise ConfigError(tasks_path, "no tasks found: expected domain folders with tasks.json and/or QA .jsonl "
-                          "files (run the synthesize and validate stages first)")
+    pool = load_pool(tasks_path, domains_root=domains_path, required=True)
     llms = llms or {}
     proposer = llms.get("proposer") or _llm(catalog, params.proposer, "proposer", catalog_path, settings)
     verifier = llms.get("verifier") or _llm(catalog, params.verifier, "verifier", catalog_path, settings)

@@ -184,8 +184,9 @@ def _domain_folder(tasks_file: Path, domains_root: Path | None) -> Path:
                       "pass the synthesized domains folder as domains_root")
 
 
-def load_pool(root: str | Path, *, domains_root: str | Path | None = None) -> TaskPool:
-    """All QA items and tool-use tasks under `root` (see the module docstring)."""
+def load_pool(root: str | Path, *, domains_root: str | Path | None = None, required: bool = False) -> TaskPool:
+    """All QA items and tool-use tasks under `root` (see the module docstring); `required`: an
+    empty pool is a ConfigError (a stage that samples tasks cannot run without any)."""
     root = Path(root)
     if not root.exists():
         raise ConfigError(root, "task folder does not exist (run the synthesize and validate stages first)")
@@ -210,4 +211,7 @@ def load_pool(root: str | Path, *, domains_root: str | Path | None = None) -> Ta
     dupes = sorted(i for i, n in Counter(t.id for t in tool_use).items() if n > 1)
     if dupes:
         raise ConfigError(root, f"duplicate tool-use task ids {dupes[:5]}: each domain's task ids must be unique")
+    if required and not qa and not tool_use:
+        raise ConfigError(root, "no tasks found: expected domain folders with tasks.json and/or QA .jsonl "
+                          "files (run the synthesize and validate stages first)")
     return TaskPool(qa=qa, tool_use=tool_use)
