@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     ray_address: str | None = None
     s3_endpoint_url: str | None = None
     hf_home: Path | None = None
+    read_only_roots: tuple[Path, ...] = ()
+    """Folders outside the workspace a stage may read its deps from (`ORCHESTRA_READ_ONLY_ROOTS`,
+    a JSON list); the installed package's data is always allowed (see `core/paths.py`)."""
 
     @field_validator("workspace", "state_dir", "hf_home")
     @classmethod
