@@ -4,6 +4,7 @@ workspace, its state folder and git directory unreadable. Root callers only (mou
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -15,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from toolorchestra.tools.code_interpreter import CodeInterpreter, SandboxLimits
-from toolorchestra.tools.sandbox.isolation import blocking_folder, call_mounts, default_hidden_paths, git_dirs
+from toolorchestra.tools.sandbox.isolation import (
+    blocking_folder,
+    call_mounts,
+    default_hidden_paths,
+    git_dirs,
+    interpreter_roots,
+)
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
@@ -124,3 +131,14 @@ def test_the_mount_plan_keeps_what_the_call_needs(tmp_path):
     assert "/" not in folders and folders.index("/tmp") == 0
     tmp = dict((f, (o, k)) for f, o, k in plan)["/tmp"]
     assert tmp == ("mode=1777,size=8m", [os.path.realpath(workdir)])
+
+
+def test_a_hidden_folder_holding_the_interpreter_keeps_the_interpreter():
+    """A venv inside the workspace (as `make install` makes it) still runs, numpy included."""
+    prefix = Path(sys.prefix).resolve()
+    tool = CodeInterpreter(LIMITS, hidden_paths=[prefix.parent])
+    out = tool.run({"code": f"import os, numpy\nprint(sorted(os.listdir({str(prefix.parent)!r})))"})
+    assert out.ok, out.content
+    seen = set(ast.literal_eval(out.content.split("--- stdout ---\n")[1]))
+    kept = {Path(p).relative_to(prefix.parent).parts[0] for p in interpreter_roots() if prefix.parent in Path(p).parents}
+    assert prefix.name in seen and seen <= kept, (seen, kept)

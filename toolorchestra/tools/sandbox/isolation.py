@@ -54,18 +54,22 @@ def blocking_folder(path: str) -> str | None:
     return None
 
 
+def interpreter_roots() -> list[str]:
+    """The outermost folders of this interpreter (prefixes, stdlib, site-packages)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths |= {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths = {os.path.realpath(p) for p in paths if os.path.isdir(p)}
+    # Nested paths are covered by their ancestor's bind mount.
+    return sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
+
+
 def interpreter_mounts() -> list[tuple[str, list[str]]]:
     """Folders to bind back over tmpfs so an unprivileged uid can run this interpreter.
 
     Raises ToolError when a needed folder itself is closed to other users (nothing to bind).
     """
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    paths |= {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    paths = {os.path.realpath(p) for p in paths if os.path.isdir(p)}
-    # Nested paths are covered by their ancestor's bind mount.
-    roots = sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
     mounts: dict[str, list[str]] = {}
-    for p in roots:
+    for p in interpreter_roots():
         top = blocking_folder(p)
         if top is None:
             continue
@@ -114,7 +118,7 @@ def call_mounts(workdir: str, *, interpreter: list[tuple[str, list[str]]], hidde
                 tmp_mb: int) -> list[Mount]:
     """The mount plan of one call, outermost folders first (the child skips a folder an outer
     tmpfs already hid)."""
-    keep = [os.path.realpath(workdir)] + [p for _, paths in interpreter for p in paths]
+    keep = [os.path.realpath(workdir), *interpreter_roots()]
     plan: dict[str, tuple[str, set[str]]] = {}
 
     def cover(folder: str, options: str) -> None:
