@@ -26,7 +26,7 @@ def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force:
     root = Path(workspace).resolve()
     settings = load_settings(workspace=root)
     order = stage_order(root, targets)
-    check_all_params(root / "params.yaml", order)  # a broken params.yaml stops us before any stage
+    check_all_params(root / "params.yaml", order, settings)  # a broken params.yaml stops us before any stage
     forced = set(force or [])
     unknown = forced - set(order)
     if unknown:

@@ -40,7 +40,17 @@ def _params(stage: str, params_file: Path | None, overrides: dict[str, Any], wor
             section[key] = {**(section.get(key) or {}), **{k: v for k, v in value.items() if v is not None}}
         elif value is not None:
             section[key] = value
-    return validate_params(stage, stage_module(stage), {**all_params, stage: section}, source)
+    validated = validate_params(stage, stage_module(stage), {**all_params, stage: section}, source)
+    _check_outputs(validated, stage, workspace)
+    return validated
+
+
+def _check_outputs(params: Any, stage: str, workspace: Path) -> None:
+    """Outputs stay inside the workspace, out of its state folders (see core/paths.py)."""
+    from toolorchestra.core.paths import check_output
+
+    for name, value in params.outs.items():
+        check_output(value, workspace, file=None, key=f"{stage}.outs.{name}")
 
 
 def _print_table(rows: list[dict[str, Any]], columns: list[str], title: str) -> None:

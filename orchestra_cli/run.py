@@ -75,7 +75,7 @@ def run(
         from stagekit.runner import check_all_params
 
         # Broken parameters are reported before anything runs (and before params.yaml changes).
-        check_all_params(params.resolve() if params else root / "params.yaml", stage_order(root))
+        check_all_params(params.resolve() if params else root / "params.yaml", stage_order(root), settings)
         if params is not None:
             atomic_write_text(root / "params.yaml", params.read_text())
         from flows import retrain as flows

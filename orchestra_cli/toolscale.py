@@ -1,5 +1,8 @@
 """`orchestra synthesize` and `orchestra validate`: ToolScale on one domain folder.
 
+Output folders (`--out`, `--report`) must lie inside the workspace (the project around the
+current folder, else the current folder itself; see `toolorchestra/core/paths.py`).
+
 `orchestra synthesize --domain DIR --out DIR [--tasks N] [--seed S]` reads a domain folder
 (`db.json`, optional `policy.md`, `tools.json`) or an embedded domain name (library, clinic,
 telecom) and writes a complete domain folder: db.json, policy.md, tools.json, tasks.json,
@@ -32,10 +35,14 @@ def synthesize(
 ) -> None:
     """Synthesize tools, tasks and QA items for one domain."""
     from toolorchestra.core.errors import ConfigError
+    from toolorchestra.core.paths import check_output_folder
+    from toolorchestra.core.settings import load_settings
     from toolorchestra.envs.domain import load_domain
     from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
     from toolorchestra.synthesis.domains import embedded_names, load_embedded
 
+    settings = load_settings()
+    out = check_output_folder(out, settings.workspace, state=settings.state, key="--out")
     source = Path(domain)
     if source.is_dir():
         dom = load_domain(source)
@@ -62,10 +69,17 @@ def validate(
     min_tasks: Annotated[int, typer.Option(min=0, help="tasks the domain must keep")] = 1,
 ) -> None:
     """Filter a domain folder's tasks and run the validation suite; exit 1 if it fails."""
+    from toolorchestra.core.errors import ConfigError
+    from toolorchestra.core.paths import check_output_folder
+    from toolorchestra.core.settings import load_settings
     from toolorchestra.synthesis.validation import ValidationConfig, validate_domains
 
-    report = report or domain / "report"
-    out = out or domain / "validated"
+    if not domain.is_dir():
+        raise ConfigError(domain, "not a domain folder", key="--domain")
+    settings = load_settings()
+    report = check_output_folder(report or domain / "report", settings.workspace, state=settings.state,
+                                 key="--report")
+    out = check_output_folder(out or domain / "validated", settings.workspace, state=settings.state, key="--out")
     qa_file = domain / "qa.jsonl"
     config = ValidationConfig(min_actions=min_actions, max_actions=max_actions, min_tasks_per_domain=min_tasks)
     outcome = validate_domains([domain], out=out, report=report, config=config,

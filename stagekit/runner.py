@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.fs import atomic_write_json, replace_path
+from toolorchestra.core.paths import check_replaceable, check_stage_paths, record_outputs, resolve_user_path
 from toolorchestra.core.settings import Settings, load_settings
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -86,22 +87,32 @@ def validate_params(name: str, module: ModuleType, all_params: dict[str, Any], s
         raise ConfigError(source, problems) from None
 
 
-def existing_deps(params: StageParams, workspace: Path, stage: str) -> dict[str, Path]:
-    """The stage's input paths, resolved against the workspace; a missing one is a ConfigError
-    naming every missing key (checked before anything is written)."""
-    deps = {k: (workspace / v).resolve() for k, v in params.deps.items()}
+def _checked_paths(params: StageParams, workspace: Path, stage: str, settings: Settings,
+                   source: Path | None) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(deps, final outs), resolved; nothing outside the workspace (or a read-only root, for
+    inputs) is touched (see core/paths.py), and every input exists."""
+    deps, finals = check_stage_paths(stage, params.deps, params.outs, workspace, state=settings.state,
+                                     read_only_roots=settings.read_only_roots, file=source)
     missing = [f"{k}={params.deps[k]}" for k, p in deps.items() if not p.exists()]
     if missing:
         raise ConfigError(None, f"stage {stage!r}: inputs do not exist: {', '.join(missing)} "
                           "(run the stages that produce them first)", key=f"{stage}.deps")
-    return deps
+    return deps, finals
 
 
-def stage_paths(params: StageParams, workspace: Path, stage: str, settings: Settings | None = None) -> StagePaths:
-    deps = existing_deps(params, workspace, stage)
+def existing_deps(params: StageParams, workspace: Path, stage: str, *, settings: Settings | None = None,
+                  source: Path | None = None) -> dict[str, Path]:
+    """The stage's input paths, resolved and checked as the runner does, before anything is written."""
+    return _checked_paths(params, workspace, stage, settings or load_settings(workspace=workspace), source)[0]
+
+
+def stage_paths(params: StageParams, workspace: Path, stage: str, settings: Settings | None = None,
+                source: Path | None = None) -> StagePaths:
+    settings = settings or load_settings(workspace=workspace)
+    deps, finals = _checked_paths(params, workspace, stage, settings, source)
+    check_replaceable(stage, finals, workspace, settings.state, file=source)
     outs = {}
-    for key, rel in params.outs.items():
-        final = (workspace / rel).resolve()
+    for key, final in finals.items():
         # Leftovers of a run that was killed: never complete, never looked at again.
         for stale in final.parent.glob(f".{final.name}.staging-*"):
             _remove(stale)
@@ -110,7 +121,7 @@ def stage_paths(params: StageParams, workspace: Path, stage: str, settings: Sett
         if not final.suffix:
             staging.mkdir()
         outs[key] = staging
-    return StagePaths(workspace=workspace, deps=deps, outs=outs, settings=settings or load_settings(workspace=workspace))
+    return StagePaths(workspace=workspace, deps=deps, outs=outs, settings=settings)
 
 
 def _remove(path: Path) -> None:
@@ -156,8 +167,8 @@ def _run_stage(name: str, params_file: Path, settings: Settings | None, track: b
     module = stage_module(name)
     all_params = load_params_file(params_file)
     params = validate_params(name, module, all_params, params_file)
-    paths = stage_paths(params, settings.workspace, name, settings)
-    finals = {k: (settings.workspace / v).resolve() for k, v in params.outs.items()}
+    paths = stage_paths(params, settings.workspace, name, settings, params_file)
+    finals = {k: resolve_user_path(v, settings.workspace) for k, v in params.outs.items()}
     started = time.perf_counter()
     try:
         if track:
@@ -205,10 +216,14 @@ def _commit_outputs(stage: str, paths: StagePaths, finals: dict[str, Path]) -> N
         raise OrchestraError(f"stage {stage!r} did not write outputs {missing}")
     for key, staging in paths.outs.items():
         replace_path(staging, finals[key])
+    record_outputs(stage, finals.values(), paths.settings.state)
 
 
-def check_all_params(params_file: Path, stages: list[str]) -> None:
-    """Validate every stage's parameters up front, so a broken file stops a flow before it starts."""
+def check_all_params(params_file: Path, stages: list[str], settings: Settings | None = None) -> None:
+    """Validate every stage's parameters and paths up front, so a broken file stops a flow before it starts."""
+    settings = settings or load_settings(workspace=params_file.resolve().parent)
     all_params = load_params_file(params_file)
     for name in stages:
-        validate_params(name, stage_module(name), all_params, params_file)
+        params = validate_params(name, stage_module(name), all_params, params_file)
+        check_stage_paths(name, params.deps, params.outs, settings.workspace, state=settings.state,
+                          read_only_roots=settings.read_only_roots, file=params_file)

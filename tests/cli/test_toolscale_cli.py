@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
+import pytest
 from helpers.third_party import third_party
 from typer.testing import CliRunner
 
@@ -11,6 +14,14 @@ import orchestra_cli.toolscale  # noqa: F401 - registers the commands
 from orchestra_cli.main import app, main
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_workspace(tmp_path, monkeypatch):
+    """Output folders must lie inside the workspace: the current folder here (no project above it)."""
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith("ORCHESTRA_")]:
+        monkeypatch.delenv(key)
 
 
 def test_synthesize_then_validate_an_embedded_domain(tmp_path):
@@ -48,3 +59,21 @@ def test_bad_domain_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "bad" / "db.json").write_text('{"users": 5}')
     assert main(["synthesize", "--domain", str(tmp_path / "bad"), "--out", str(tmp_path / "o")]) == 2
     assert "db.json: $.users: table is an integer" in capsys.readouterr().err
+
+
+def test_output_folders_outside_the_workspace_or_files_are_one_line_errors(tmp_path, capsys):
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    assert main(["synthesize", "--domain", "library", "--out", str(outside), "--tasks", "2"]) == 2
+    assert "--out: output path" in capsys.readouterr().err and not outside.exists()
+    (tmp_path / "a_file").write_text("x")
+    assert main(["synthesize", "--domain", "library", "--out", "a_file", "--tasks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--out: a_file is a file; expected a folder" in err and "Traceback" not in err
+    assert main(["synthesize", "--domain", "library", "--out", "lib", "--tasks", "2", "--qa", "0"]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--domain", "lib", "--report", "a_file"]) == 2
+    assert "--report: a_file is a file" in capsys.readouterr().err
+    assert main(["validate", "--domain", "lib", "--report", str(outside)]) == 2
+    assert "--report: output path" in capsys.readouterr().err and not outside.exists()
+    assert main(["validate", "--domain", "nosuch"]) == 2
+    assert "--domain: not a domain folder" in capsys.readouterr().err

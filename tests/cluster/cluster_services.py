@@ -20,6 +20,7 @@ Skipped (with the reason) when PostgreSQL is not reachable or llama-cpp-python i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -55,6 +56,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+TEST_CREDENTIAL_HOSTS = json.dumps({"OPENAI_API_KEY": ["api.openai.com"], "TAVILY_API_KEY": ["api.tavily.com"],
+                            "VLLM_API_KEY": ["127.0.0.1", "localhost"],
+                            "ORCHESTRA_TEST_EXPERT_KEY": ["127.0.0.1", "localhost"]})
+
+
 def base_env(**extra: str) -> dict[str, str]:
     """This environment minus any ORCHESTRA_/PREFECT_/MLFLOW_ setting of the caller, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHESTRA_", "PREFECT_", "MLFLOW_", "RAY_"))}
@@ -62,6 +68,8 @@ def base_env(**extra: str) -> dict[str, str]:
         "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "DO_NOT_TRACK": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DVC_NO_ANALYTICS": "1", "GX_ANALYTICS_ENABLED": "false",
         "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+        # The test experts' key may go to the loopback servers (see core/secrets.py).
+        "ORCHESTRA_CREDENTIAL_HOSTS": TEST_CREDENTIAL_HOSTS,
     })
     env.update(extra)
     return env

@@ -17,11 +17,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_services import BIN, PLANTED, base_env, start_llama_server
+from cluster_services import BIN, PLANTED, TEST_CREDENTIAL_HOSTS, base_env, start_llama_server
 from helpers.eval_fixtures import make_checkpoint
 
 pytestmark = pytest.mark.slow
 KEY_ENV = "ORCHESTRA_TEST_EXPERT_KEY"
+
+
+@pytest.fixture(autouse=True)
+def approved_test_key(monkeypatch):
+    """The test experts' key may go to the loopback servers (see core/secrets.py)."""
+    monkeypatch.setenv("ORCHESTRA_CREDENTIAL_HOSTS", TEST_CREDENTIAL_HOSTS)
 ANSWER_TOOL = {"name": "answer", "kind": "llm", "description": "An expert model gives the final answer. Ends the task.",
                "backend": {"type": "expert", "role": "answer", "models": ["smol"], "max_tokens": 24}}
 

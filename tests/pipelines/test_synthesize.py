@@ -30,7 +30,7 @@ def write_params(root: Path, **section) -> Path:
 
 
 def run(root: Path) -> dict[str, float]:
-    return run_stage("synthesize", params_file=root / "params.yaml", settings=Settings(workspace=root), track=False)
+    return run_stage("synthesize", params_file=root / "params.yaml", settings=Settings(workspace=root, read_only_roots=(SHARED,)), track=False)
 
 
 def test_embedded_domain_layout_and_metrics(tmp_path):
@@ -74,3 +74,39 @@ def test_bad_parameters(tmp_path, section, pattern):
     write_params(tmp_path, **section)
     with pytest.raises(ConfigError, match=pattern):
         run(tmp_path)
+
+
+def test_outputs_outside_the_workspace_are_refused_before_anything_is_touched(tmp_path):
+    ws, victim = tmp_path / "ws", tmp_path / "victim"
+    ws.mkdir()
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    write_params(ws, outs={"toolscale": str(victim), "qa": "data/qa"})
+    with pytest.raises(ConfigError, match=rf"params.yaml: synthesize.outs.toolscale: output path '{victim}' .*"
+                                          "outside the workspace"):
+        run(ws)
+    assert (victim / "keep.txt").read_text() == "precious" and [p.name for p in victim.iterdir()] == ["keep.txt"]
+    assert not (ws / "data").exists()  # nothing was staged either
+
+
+def test_a_stage_never_replaces_a_folder_it_did_not_write(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    write_params(tmp_path, outs={"toolscale": "mine", "qa": "data/qa"})
+    with pytest.raises(ConfigError, match="synthesize.outs.toolscale: output path .*mine exists and was not "
+                                          "written by stage 'synthesize'"):
+        run(tmp_path)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's"
+    write_params(tmp_path, outs={"toolscale": "data/toolscale", "qa": "data/qa"})
+    run(tmp_path)
+    run(tmp_path)  # its own output it may replace
+
+
+def test_an_input_outside_the_workspace_needs_a_read_only_root(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "ws").mkdir()
+    write_params(tmp_path / "ws", deps={"domain_x": str(outside)})
+    with pytest.raises(ConfigError, match="synthesize.deps.domain_x: input path .* ORCHESTRA_READ_ONLY_ROOTS"):
+        run_stage("synthesize", params_file=tmp_path / "ws" / "params.yaml",
+                  settings=Settings(workspace=tmp_path / "ws"), track=False)

@@ -49,6 +49,14 @@ class DvcSettings(BaseModel):
     """Default: <state>/dvc-remote; `s3://bucket/prefix` on the cluster."""
 
 
+DEFAULT_CREDENTIAL_HOSTS: dict[str, tuple[str, ...]] = {
+    "OPENAI_API_KEY": ("api.openai.com",),
+    "TAVILY_API_KEY": ("api.tavily.com",),
+    "VLLM_API_KEY": ("localhost", "127.0.0.1"),
+}
+"""The key variables a catalog may name (`api_key_env`), each with the hosts its value may be sent to."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ORCHESTRA_",
@@ -70,6 +78,13 @@ class Settings(BaseSettings):
     """None: Prefect's ephemeral API (embedded profile)."""
     ray_address: str | None = None
     s3_endpoint_url: str | None = None
+    credential_hosts: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_CREDENTIAL_HOSTS))
+    """Environment variables a catalog may name as `api_key_env`, each with the hosts (`host` or
+    `host:port`) its value may be sent to (`ORCHESTRA_CREDENTIAL_HOSTS`, a JSON object; replaces the
+    defaults). A catalog, a registered model's included, can only pick among these."""
+    read_only_roots: tuple[Path, ...] = ()
+    """Folders outside the workspace a stage may read its deps from (`ORCHESTRA_READ_ONLY_ROOTS`,
+    a JSON list); the installed package's data is always allowed (see `core/paths.py`)."""
 
     @field_validator("workspace", "state_dir")
     @classmethod

@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolorchestra.core.settings import Settings, secret
+from toolorchestra.core.secrets import approved_secret
+from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM
 
 
@@ -44,7 +45,13 @@ _cache_lock = threading.Lock()
 
 def build_llm(config: LocalLLMConfig | OpenAILLMConfig, settings: Settings) -> LLM:
     """Build (or reuse) the backend for `config`: one loaded local model per process."""
-    key = (config, str(settings.models_cache))
+    api_key = None
+    if isinstance(config, OpenAILLMConfig):
+        # Only an allowed variable, and only to a host approved for it (core/secrets.py); checked
+        # on every build, cached backend or not.
+        api_key = approved_secret(config.api_key_env, config.base_url, settings=settings,
+                                  key=f"{config.model}: api_key_env")
+    key = (config, str(settings.models_cache), api_key is not None)
     with _cache_lock:
         if key in _cache:
             return _cache[key]
@@ -66,7 +73,7 @@ def build_llm(config: LocalLLMConfig | OpenAILLMConfig, settings: Settings) -> L
             llm = OpenAILLM(
                 config.model,
                 base_url=config.base_url,
-                api_key=secret(config.api_key_env),
+                api_key=api_key,
                 timeout_s=config.timeout_s,
                 max_attempts=config.max_attempts,
                 backoff_s=config.backoff_s,

@@ -2,6 +2,11 @@
 
 `parse_tool_call` extracts the first call of a turn (the orchestrator makes one call per turn) and
 says precisely what is wrong when it cannot, so the error can be shown to the model.
+
+Model output is hostile input: a call body longer than `MAX_CALL_CHARS` or nested deeper than
+`MAX_DEPTH` (arrays and objects) is a `MalformedToolCall` before any JSON is decoded, so neither
+the decoder nor anything downstream (schema validation, `json.dumps` of the trajectory) can hit
+Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ from pydantic import BaseModel
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
+MAX_CALL_CHARS = 200_000
+"""Longest call body (or arguments string) parsed; far above any real call."""
+MAX_DEPTH = 32
+"""Deepest nesting of arrays/objects in a call (the call object itself is level 1)."""
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 class ParsedCall(BaseModel):
@@ -30,13 +41,45 @@ def strip_tool_calls(text: str) -> str:
     return _BLOCK.sub("", text).strip()
 
 
+def check_json_shape(text: str, *, what: str = "tool call", base_depth: int = 0) -> None:
+    """Refuse JSON text that is too long or too deeply nested, in one linear scan (no recursion)."""
+    if len(text) > MAX_CALL_CHARS:
+        raise MalformedToolCall(f"{what} is {len(text)} characters; at most {MAX_CALL_CHARS} are accepted")
+    depth = deepest = base_depth
+    for bracket in _BRACKET.finditer(_STRING.sub('""', text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        raise MalformedToolCall(f"{what} nests {deepest} levels of arrays/objects; at most {MAX_DEPTH} are accepted")
+
+
+def check_value_depth(value: Any, *, what: str = "arguments", base_depth: int = 1) -> None:
+    """The same bound for an already-decoded value (a backend's structured call), iteratively."""
+    stack = [(value, base_depth)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth + 1 > MAX_DEPTH:
+                raise MalformedToolCall(f"{what} nest more than {MAX_DEPTH} levels of arrays/objects")
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+
+
+def _loads(text: str, prefix: str, *, trailing_ok: bool = False) -> Any:
+    try:
+        return json.JSONDecoder().raw_decode(text)[0] if trailing_ok else json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedToolCall(f"{prefix}not valid JSON: {exc.msg} at char {exc.pos}") from None
+    except RecursionError:  # unreachable after check_json_shape; kept so no input can crash a caller
+        raise MalformedToolCall(f"{prefix}nested too deeply") from None
+
+
 def parse_arguments(raw: Any) -> dict[str, Any]:
     """Arguments as an object; a JSON string holding an object is accepted (OpenAI style)."""
     if isinstance(raw, str):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise MalformedToolCall(f"arguments are not valid JSON: {exc.msg} at char {exc.pos}") from None
+        check_json_shape(raw, what="arguments", base_depth=1)
+        raw = _loads(raw, "arguments are ") if raw.strip() else {}
+    else:
+        check_value_depth(raw)
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -61,10 +104,8 @@ def parse_tool_call(text: str) -> ParsedCall | None:
     body = match.group(1).strip()
     if not body:
         raise MalformedToolCall("empty <tool_call> block")
-    try:
-        obj, _ = json.JSONDecoder().raw_decode(body)
-    except json.JSONDecodeError as exc:
-        raise MalformedToolCall(f"not valid JSON: {exc.msg} at char {exc.pos}") from None
+    check_json_shape(body)
+    obj = _loads(body, "", trailing_ok=True)
     if not isinstance(obj, dict):
         raise MalformedToolCall(f"expected a JSON object, got {type(obj).__name__}")
     name = obj.get("name")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from tenacity import (
     RetryError,
@@ -18,6 +19,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from toolorchestra.core.services import redact_url
 from toolorchestra.llm.base import LLM, Completion, LLMError, Message, ToolCallRequest, Usage
 
 TOOL_RESPONSE = "<tool_response>\n{}\n</tool_response>"
@@ -76,9 +78,15 @@ class OpenAILLM(LLM):
         )
 
     def _redact(self, text: str) -> str:
-        """Servers may echo the key in error bodies; never let it reach a log or observation."""
+        """Servers may echo the key in error bodies, and a base_url may embed a password
+        (`http://user:pw@host`); never let either reach a log or observation."""
         if self._api_key and len(self._api_key) >= 4:
             text = text.replace(self._api_key, "***")
+        if self.base_url:
+            text = text.replace(self.base_url, redact_url(self.base_url))
+            password = urlsplit(self.base_url).password
+            if password and len(password) >= 4:
+                text = text.replace(password, "***")
         return text
 
     def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:

@@ -13,6 +13,9 @@ A catalog is a YAML (or JSON) file:
         latency_s: 0.3
 
 Prices live here and only here: tools report tokens per model alias, the toolbox prices them.
+Secrets never do: `api_key_env` names an environment variable, which must be one the user allowed
+in the settings (`ORCHESTRA_CREDENTIAL_HOSTS`), and its value goes only to the hosts approved for it
+(`toolorchestra/core/secrets.py`). A tool's `parameters` must be a valid JSON Schema.
 Relative paths inside a catalog (e.g. a search corpus) resolve against the catalog file's folder.
 """
 
@@ -25,9 +28,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.secrets import check_key_name
+from toolorchestra.core.settings import Settings, load_settings
 from toolorchestra.llm.base import Usage
 from toolorchestra.llm.config import LLMConfig, LocalLLMConfig
 from toolorchestra.tools.embeddings import EmbedderConfig, LocalEmbedderConfig
@@ -121,6 +126,20 @@ class ToolEntry(BaseModel):
     latency_s: float = Field(0.5, ge=0)
     stats: dict[str, Any] = Field(default_factory=dict, description="measured behaviour (describe stage)")
 
+    @field_validator("parameters")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A broken schema fails here, when the catalog loads, not at the first call."""
+        if value is not None:
+            import jsonschema
+
+            try:
+                jsonschema.Draft202012Validator.check_schema(value)
+            except jsonschema.SchemaError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
+                raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+        return value
+
 
 class Catalog(BaseModel):
     model_config = _STRICT
@@ -193,10 +212,35 @@ def parse_catalog(data: Any, *, source: str | Path, base_dir: Path | None = None
     if not isinstance(data, dict):
         raise ConfigError(source, f"a catalog must be a mapping with `models` and `tools`, got {type(data).__name__}")
     try:
-        return Catalog.model_validate({**data, "base_dir": base_dir})
+        catalog = Catalog.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
         key, reason = _first_error(exc)
         raise ConfigError(source, reason, key=key) from None
+    check_catalog_keys(catalog, source=source)
+    return catalog
+
+
+def key_variables(catalog: Catalog) -> dict[str, str]:
+    """Every `api_key_env` the catalog names, by its key path in the file."""
+    names: dict[str, str] = {}
+    for alias, model in catalog.models.items():
+        env = getattr(model.backend, "api_key_env", None)
+        if env:
+            names[f"models.{alias}.backend.api_key_env"] = env
+    for i, tool in enumerate(catalog.tools):
+        backend = tool.backend
+        if isinstance(backend, WebSearchBackend) and backend.api_key_env:
+            names[f"tools.{i}.backend.api_key_env"] = backend.api_key_env
+        if isinstance(backend, LocalSearchBackend) and getattr(backend.embedder, "api_key_env", None):
+            names[f"tools.{i}.backend.embedder.api_key_env"] = backend.embedder.api_key_env
+    return names
+
+
+def check_catalog_keys(catalog: Catalog, *, source: str | Path, settings: Settings | None = None) -> None:
+    """Each key variable the catalog names is one the user allowed (see `core/secrets.py`)."""
+    settings = settings or load_settings()
+    for key, env in key_variables(catalog).items():
+        check_key_name(env, settings=settings, file=str(source), key=key)
 
 
 def load_catalog(path: str | Path) -> Catalog:

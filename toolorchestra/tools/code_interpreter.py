@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.tools.base import Tool, ToolError, ToolOutput
-from toolorchestra.tools.sandbox.isolation import blocking_folder, interpreter_mounts
+from toolorchestra.tools.sandbox.isolation import blocking_folder, call_mounts, default_hidden_paths, interpreter_mounts
 from toolorchestra.tools.sandbox.limits import SandboxLimits
 from toolorchestra.tools.sandbox.observation import observe
 from toolorchestra.tools.sandbox.processes import UidLease, default_uid_base, uid_extents
@@ -63,12 +63,15 @@ class CodeInterpreter(Tool):
         sandbox_uid_base: int | None = None,
         sandbox_uid_count: int = 64,
         workdir_parent: str | Path | None = None,
+        hidden_paths: list[str | Path] | None = None,
     ) -> None:
         """`network_namespace=False` leaves only the audit-hook network layer (for tests and for
         hosts where unshare is audited). The uid pool (`sandbox_uid_count` uids from
         `sandbox_uid_base`) matters only to a root caller: it must be numbers no account or
         other program uses; None picks DEFAULT_UID_BASE, or the top of a container's uid map.
-        `workdir_parent` (default: the temp folder) must be enterable by other users."""
+        `workdir_parent` (default: the temp folder) must be enterable by other users.
+        `hidden_paths` (default: `default_hidden_paths()`, the workspace, its state folder and git
+        directory) are covered by an empty tmpfs for a root caller, so the code cannot read them."""
         self.limits = limits or SandboxLimits()
         self.network_namespace = network_namespace
         self.workdir_parent = str(Path(workdir_parent or tempfile.gettempdir()).resolve())
@@ -81,6 +84,7 @@ class CodeInterpreter(Tool):
         self._warned_no_netns = False
         self.as_root = os.geteuid() == 0
         self._mounts: list[tuple[str, list[str]]] = []
+        self.hidden_paths: list[str] = []
         if self.as_root:
             if sandbox_uid_base is None:
                 sandbox_uid_base = default_uid_base(sandbox_uid_count)
@@ -92,6 +96,8 @@ class CodeInterpreter(Tool):
                     "user namespace (see /proc/self/uid_map); pass a free range as sandbox_uid_base"
                 )
             self._mounts = interpreter_mounts()
+            self.hidden_paths = [str(Path(p).resolve()) for p in
+                                 (default_hidden_paths() if hidden_paths is None else hidden_paths)]
             if blocking_folder(os.path.join(self.workdir_parent, "x")) is not None:
                 raise ToolError(
                     f"code_interpreter: the sandbox user cannot reach {self.workdir_parent}; "
@@ -103,7 +109,7 @@ class CodeInterpreter(Tool):
         self.description = (
             "Run a Python 3 program in a sandbox and get its exit status, stdout and stderr. "
             f"Limits: {lim.wall_time_s:g} s, {lim.memory_mb} MB memory, {lim.max_output_bytes} bytes of "
-            "output shown; no network; a fresh empty working folder; each call starts from scratch "
+            "output shown; no network; a fresh empty working folder and /tmp; each call starts from scratch "
             "(no state is kept). numpy and the standard library are available."
         )
 
@@ -126,13 +132,15 @@ class CodeInterpreter(Tool):
                 assert lease.uid is not None
                 os.chown(workdir, lease.uid, lease.uid)
             os.chmod(workdir, 0o700)
+            mounts = call_mounts(workdir, interpreter=self._mounts, hidden=self.hidden_paths,
+                                 tmp_mb=self.limits.tmp_mb) if lease is not None else []
             result = execute(
                 code,
                 workdir,
                 None if lease is None else lease.uid,
                 self.limits,
                 network_namespace=self.network_namespace,
-                mounts=self._mounts,
+                mounts=mounts,
             )
         finally:
             try:
@@ -140,7 +148,7 @@ class CodeInterpreter(Tool):
             finally:
                 if lease is not None:
                     lease.release()
-        out = observe(result, self.limits, None if lease is None else lease.uid, self._mounts)
+        out = observe(result, self.limits, None if lease is None else lease.uid, mounts)
         isolation = out.data["isolation"]
         if isolation["network"] != "netns" and not self._warned_no_netns:
             self._warned_no_netns = True

@@ -13,7 +13,6 @@ imported only when an embedder is first used.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.errors import ConfigError, OrchestraError
+from toolorchestra.core.secrets import approved_secret
 
 if TYPE_CHECKING:
     import numpy as np
@@ -195,7 +195,8 @@ class OpenAIEmbedder(Embedder):
     def _api_key(self) -> str:
         if self.config.api_key_env is None:
             return "unused"  # the client insists on a non-empty key even when the server has none
-        key = os.environ.get(self.config.api_key_env, "")
+        # An allowed variable, sent only to a host approved for it (core/secrets.py).
+        key = approved_secret(self.config.api_key_env, self.config.base_url, key="embedder.api_key_env") or ""
         if not key:
             raise ConfigError(
                 None,

@@ -13,13 +13,14 @@ and the response body with the key masked out.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.secrets import approved_secret
 from toolorchestra.tools.base import Tool, ToolError, ToolOutput
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,11 @@ class WebSearch(Tool):
         if not isinstance(max_results, int) or isinstance(max_results, bool) or not 1 <= max_results <= limit:
             raise ToolError(f"web_search argument `max_results` must be an integer from 1 to {limit}, "
                             f"got {max_results!r}")
-        key = os.environ.get(self.config.api_key_env, "").strip()
+        try:  # an allowed variable, sent only to a host approved for it (core/secrets.py)
+            key = (approved_secret(self.config.api_key_env, self.config.base_url,
+                                   key="web_search.api_key_env") or "").strip()
+        except ConfigError as exc:
+            raise ToolError(f"web search: {exc.reason}") from None
         if not key:
             raise ToolError(f"web search is not configured: set the environment variable "
                             f"{self.config.api_key_env} to a Tavily API key")

@@ -79,6 +79,12 @@ def write_corpus(root: Path) -> Path:
     return root
 
 
+
+@pytest.fixture(autouse=True)
+def approved_test_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test variables may be sent to the loopback servers (see core/secrets.py)."""
+    monkeypatch.setenv("ORCHESTRA_CREDENTIAL_HOSTS", json.dumps({name: ["127.0.0.1"] for name in ["TEST_EMBED_KEY", "MISSING_EMBED_KEY"]}))
+
 @pytest.fixture(scope="module")
 def embedder() -> LocalEmbedder:
     return LocalEmbedder(LocalEmbedderConfig(batch_size=4))

@@ -53,6 +53,12 @@ class FakeTavily:
     release: threading.Event = field(default_factory=threading.Event)
 
 
+
+@pytest.fixture(autouse=True)
+def approved_test_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test variables may be sent to the loopback servers (see core/secrets.py)."""
+    monkeypatch.setenv("ORCHESTRA_CREDENTIAL_HOSTS", json.dumps({name: ["127.0.0.1"] for name in [KEY_ENV]}))
+
 @pytest.fixture
 def tavily() -> Iterator[FakeTavily]:
     state = FakeTavily(url="", replies=[])

@@ -35,17 +35,25 @@ How the child is contained, layer by layer (the bootstrap sets each up before th
   also refuses starting programs (exec, spawn, subprocess), since a new interpreter would not
   carry it. An audit hook is not a security boundary (ctypes can go around it); which layer is
   active is reported in every call's `data["isolation"]["network"]` ("netns" or "audit-hook").
-* **Files.** The uid owns only its working folder; elsewhere it has what any other user has
-  (world-readable files, world-writable /tmp). When the interpreter lives where other users
-  cannot read it (pyenv under a 0700 /root, as on this project's machines), the child, still
-  root, makes a private mount namespace, lays a small tmpfs over the blocking folder and
-  bind-mounts only the interpreter's prefixes back; this also hides the rest of that folder.
-  Without mount namespaces such a setup is refused with a message saying how to fix it.
+* **Files.** The uid owns only its working folder. A root caller's child makes a private mount
+  namespace (unshare(CLONE_NEWNS), propagation private) before dropping to the uid, and in it:
+  - lays its own empty, size-limited tmpfs (`tmp_mb`, mode 1777) over each folder every uid
+    shares for writing (/tmp, /var/tmp, /dev/shm, /run/lock), with only the call's working folder
+    bound back: nothing the code writes there reaches the host or a later call (the same uid
+    included), and the memory is freed when the call's last process dies with the namespace;
+  - lays an empty read-only-for-the-uid tmpfs over each hidden folder (`hidden_paths`, default
+    the workspace, its state folder `.orchestra/` and its git directory, so also `.git`, the DVC
+    cache, MLflow and Prefect databases), binding back only the interpreter's prefixes when they
+    lie inside (a venv in the workspace);
+  - when the interpreter lives where other users cannot read it (pyenv under a 0700 /root, as on
+    this project's machines), lays a small tmpfs over the blocking folder and binds only the
+    interpreter's prefixes back.
+  Which folders were covered is reported in `data["isolation"]["private_folders"]`. A non-root
+  caller gets none of this (no mount namespace without a user namespace): its files in /tmp and
+  /dev/shm are limited in size (RLIMIT_FSIZE) but shared and not removed.
 
 Departure from the paper: ToolOrchestra runs its code interpreter as a remote sandbox service;
-here it is a local process with kernel limits, good for the embedded profile and CI. Files written
-to world-writable folders outside the working folder (/tmp, /dev/shm) are limited in size
-(RLIMIT_FSIZE) but not removed.
+here it is a local process with kernel limits, good for the embedded profile and CI.
 
 The modules, one job each (`toolorchestra.tools.code_interpreter.CodeInterpreter` ties them into
 the tool; nothing here is public API):

@@ -33,18 +33,24 @@ def _setup(cfg, status_fd):
 
     info = {"network": "audit-hook", "uid": None, "mount_namespace": False}
     if cfg["mounts"]:
-        # Root only: make the interpreter readable for the sandbox uid (see the module docstring).
+        # Root only: private /tmp and /dev/shm, hidden workspace, readable interpreter (see the
+        # package docstring). The namespace and its tmpfs mounts vanish with the call's last process.
         if libc.unshare(CLONE_NEWNS) != 0:
             fail("unshare(CLONE_NEWNS)")
         mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing below leaks to the host
-        for top, paths in cfg["mounts"]:
-            fds = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths]  # before covering
-            mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-            for p, fd in zip(paths, fds):
+        covered = []
+        for top, options, paths in cfg["mounts"]:
+            if not os.path.isdir(top):
+                continue  # an outer tmpfs already hid it
+            fds = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in paths if os.path.isdir(p)]  # before covering
+            mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, options)
+            for p, fd in fds:
                 os.makedirs(p, mode=0o755, exist_ok=True)
                 mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
                 os.close(fd)
+            covered.append(top)
         info["mount_namespace"] = True
+        info["covered"] = covered
     if cfg["netns"]:
         flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWNET | CLONE_NEWUSER
         if libc.unshare(flags) == 0:

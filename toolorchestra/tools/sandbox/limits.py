@@ -19,18 +19,21 @@ class SandboxLimits(BaseModel):
     wall_time_s: float = Field(10.0, gt=0, le=3600)
     cpu_time_s: float | None = Field(None, gt=0, le=3600)
     """CPU seconds per process (RLIMIT_CPU); None means one second more than `wall_time_s`."""
-    memory_mb: int = Field(512, ge=32)
+    memory_mb: int = Field(512, ge=32, le=1_048_576)
     """Private writable memory per process (RLIMIT_DATA: heap and anonymous mappings), in MiB."""
-    address_space_mb: int | None = Field(None, ge=32)
+    address_space_mb: int | None = Field(None, ge=32, le=4_194_304)
     """Backstop for what RLIMIT_DATA does not count (shared mappings), as RLIMIT_AS in MiB; None
     means 4 x memory_mb. Address space is far larger than memory in use (shared libraries: torch
     alone maps about 0.8 GiB), so it cannot be the main limit."""
-    max_output_bytes: int = Field(8000, ge=256)
+    max_output_bytes: int = Field(8000, ge=256, le=10_000_000)
     """Bytes of stdout + stderr shown in the observation; the rest is cut out and counted."""
     max_processes: int = Field(32, ge=1, le=4096)
     """Processes and threads the code may have at once (RLIMIT_NPROC), itself included."""
-    max_file_mb: int = Field(64, ge=1)
+    max_file_mb: int = Field(64, ge=1, le=65536)
     """Largest file the code may write (RLIMIT_FSIZE), in MiB."""
+    tmp_mb: int = Field(64, ge=1, le=4096)
+    """Size of each private tmpfs (/tmp, /var/tmp, /dev/shm, /run/lock) of a call, in MiB (root
+    callers; the memory is freed when the call ends)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SandboxLimits:

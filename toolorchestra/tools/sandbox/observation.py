@@ -24,7 +24,7 @@ def observe(
     if run.setup.get("event") != "ready" and not run.timed_out:
         reason = run.setup.get("error") or f"the child exited with status {run.returncode} early"
         if "CLONE_NEWNS" in reason:
-            closed = ", ".join(top for top, _ in mounts)
+            closed = ", ".join(top for top, *_ in mounts)
             reason += (
                 f" (the interpreter lies under {closed}, which other users cannot enter, and mount "
                 "namespaces are not permitted here: make the interpreter world-readable or use one "
@@ -96,6 +96,8 @@ def observe(
             else "RLIMIT_NPROC above the user's count + process group + environment marker (best effort)"
         ),
         "mount_namespace": run.setup.get("mount_namespace", False),
+        # Folders the call saw as its own empty tmpfs: private /tmp and /dev/shm, hidden workspace.
+        "private_folders": run.setup.get("covered", []),
     }
     return ToolOutput(
         content="\n".join(lines),

@@ -96,7 +96,7 @@ def execute(
     limits: SandboxLimits,
     *,
     network_namespace: bool,
-    mounts: list[tuple[str, list[str]]],
+    mounts: list[tuple[str, str, list[str]]],
 ) -> SandboxRun:
     """Run `code` in a child in `workdir` (as `uid` when set) and return once nothing of it is left."""
     call_id = secrets.token_hex(8)
