@@ -3,8 +3,9 @@
 `orchestra evaluate` runs the `evaluate` stage exactly as dvc.yaml does. `--model REF` evaluates a
 registry reference (`models:/orchestrator@champion`) or a checkpoint folder instead of the
 stage's model, and `--bench NAME` (repeatable) keeps only those benchmarks of
-`evaluate.benchmarks`; with either, the report goes to `.orchestra/cli/evaluate/` so the
-pipeline's own output (`reports/eval`) keeps describing the pipeline's model.
+`evaluate.benchmarks`; with either, the report goes to `reports/eval-adhoc/` (stage outputs never
+go into the state folder) so the pipeline's own output (`reports/eval`) keeps describing the
+pipeline's model.
 
 `orchestra promote` runs the `promote` stage as the flows do: in its own process, as the child of a
 flow-level MLflow run tagged `promote` (so `orchestra lineage models:/NAME@ALIAS` works for what it
@@ -23,7 +24,7 @@ import yaml
 
 from orchestra_cli.app import app
 
-CLI_REPORT = ".orchestra/cli/evaluate"
+CLI_REPORT = "reports/eval-adhoc"
 
 
 def _evaluate_section(all_params: dict[str, Any], model: str | None, bench: list[str] | None) -> dict[str, Any]:

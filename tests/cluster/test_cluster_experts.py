@@ -92,7 +92,7 @@ def test_orchestra_evaluate_with_an_endpoint_expert(llama_server, tiny_llm, smol
     }})
     proc = orchestra("evaluate", "--model", str(checkpoint), "--params", str(params), cwd=params.parent, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = params.parent / ".orchestra" / "cli" / "evaluate"
+    report = params.parent / "reports" / "eval-adhoc"
     records = [json.loads(line) for line in (report / "per_task.jsonl").read_text().splitlines() if line.strip()]
     expert = [r for r in records if r["method"] == "expert:smol"]
     assert {r["task_id"] for r in expert} == {"add", "cap"}

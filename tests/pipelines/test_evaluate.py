@@ -114,7 +114,7 @@ def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspac
                                       "--params", str(workspace / "params.yaml")])
     assert result.exit_code == 0, result.output
     assert "| trained (candidate) |" in result.output
-    ad_hoc = json.loads((workspace / ".orchestra" / "cli" / "evaluate" / "metrics.json").read_text())
+    ad_hoc = json.loads((workspace / "reports" / "eval-adhoc" / "metrics.json").read_text())
     assert [b["name"] for b in ad_hoc["benchmarks"]] == ["qa"]
     after = pipeline_report.read_bytes() if before else b""
     assert after == before  # the pipeline's report is untouched

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.third_party import third_party
+from helpers.third_party import THIRD_PARTY, third_party
 
 from stagekit.runner import run_stage
 from toolorchestra.core.errors import ConfigError
@@ -30,7 +30,7 @@ def write_params(root: Path, **section) -> Path:
 
 
 def run(root: Path) -> dict[str, float]:
-    return run_stage("synthesize", params_file=root / "params.yaml", settings=Settings(workspace=root, read_only_roots=(SHARED,)), track=False)
+    return run_stage("synthesize", params_file=root / "params.yaml", settings=Settings(workspace=root, read_only_roots=(THIRD_PARTY,)), track=False)
 
 
 def test_embedded_domain_layout_and_metrics(tmp_path):

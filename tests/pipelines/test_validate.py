@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.third_party import TOOLSCALE, domain_folder
+from helpers.third_party import THIRD_PARTY, TOOLSCALE, domain_folder
 
 from stagekit.runner import run_stage
 from toolorchestra.core.errors import OrchestraError
@@ -26,7 +26,7 @@ def write_params(root: Path, synthesize: dict, validate: dict) -> None:
 
 
 def run(root: Path, stage: str) -> dict[str, float]:
-    return run_stage(stage, params_file=root / "params.yaml", settings=Settings(workspace=root, read_only_roots=(SHARED,)), track=False)
+    return run_stage(stage, params_file=root / "params.yaml", settings=Settings(workspace=root, read_only_roots=(THIRD_PARTY,)), track=False)
 
 
 def test_validate_keeps_good_tasks_and_drops_bad(tmp_path):
