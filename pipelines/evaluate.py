@@ -47,7 +47,7 @@ from toolorchestra.evaluation.benchmarks import (
     ToolScaleSpec,
 )
 from toolorchestra.evaluation.runner import PromptConfig
-from toolorchestra.llm.config import LLMConfig
+from toolorchestra.llm.config import LLMConfig, LocalEngine
 from toolorchestra.rl.episodes import EpisodeConfig
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,8 @@ class Params(StageParams):
     judge: JudgeConfig = JudgeConfig()
     tools: list[str] | None = Field(None, description="catalog tools every method is offered (None: all)")
     device: str = "auto"
+    engine: LocalEngine | None = Field(None, description="engine of every local model (policies, experts, "
+                                       "judge): transformers or llamacpp; None: as the catalog says")
 
     @model_validator(mode="after")
     def _check(self) -> Params:
@@ -121,6 +123,7 @@ class Params(StageParams):
 
 def _load_candidate(params: Params, paths: StagePaths, settings: Settings) -> dict[str, Any]:
     """The candidate's policy, catalog, manifest, weights hash and provenance."""
+    from toolorchestra.llm.config import as_engine
     from toolorchestra.registry.bundle import weights_sha256
 
     ref = params.model
@@ -128,8 +131,8 @@ def _load_candidate(params: Params, paths: StagePaths, settings: Settings) -> di
         from toolorchestra.registry.policy import load_registered
 
         model = load_registered(ref, settings, device=params.device)
-        return {"llm": model.llm, "catalog": model.catalog, "manifest": model.manifest, "ref": model.ref,
-                "sha": model.manifest.get("weights_sha256"), "version": model.version}
+        return {"llm": as_engine(model.llm, params.engine, settings), "catalog": model.catalog,
+                "manifest": model.manifest, "ref": model.ref, "sha": model.manifest.get("weights_sha256"), "version": model.version}
     from toolorchestra.rl.checkpoint import load_orchestrator
 
     folder = Path(ref).expanduser() if ref is not None else paths.deps["model"]
@@ -137,6 +140,7 @@ def _load_candidate(params: Params, paths: StagePaths, settings: Settings) -> di
         folder = paths.workspace / folder
     llm, catalog, manifest = load_orchestrator(folder, device=params.device)
     llm.model = "trained"
+    llm = as_engine(llm, params.engine, settings)
     return {"llm": llm, "catalog": catalog, "manifest": manifest, "ref": str(folder), "sha": weights_sha256(folder)}
 
 
@@ -159,7 +163,10 @@ def _judge(params: Params, catalog: Any, settings: Settings, llm_for: Callable[[
                               f"{sorted(catalog.models)}", key="evaluate.judge.model")
         return LLMJudge(llm_for(params.judge.model), max_tokens=params.judge.max_tokens, name=params.judge.model)
     if params.judge.backend is not None:
-        return LLMJudge(build_llm(params.judge.backend, settings), max_tokens=params.judge.max_tokens)
+        from toolorchestra.llm.config import on_engine
+
+        return LLMJudge(build_llm(on_engine(params.judge.backend, params.engine), settings),
+                        max_tokens=params.judge.max_tokens)
     return None
 
 
@@ -183,7 +190,7 @@ def build_methods(params: Params, candidate: dict[str, Any], catalog: Any, setti
                   llm_for: Callable[[str], Any]) -> tuple[list[Any], dict[str, Any], list[str]]:
     """(methods, champion info for the report, notes)."""
     from toolorchestra.evaluation import methods as m
-    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+    from toolorchestra.llm.config import LocalLLMConfig, as_engine, build_llm, on_engine
 
     manifest = candidate["manifest"]
     alias = manifest.get("policy_alias") or catalog.policy
@@ -194,7 +201,8 @@ def build_methods(params: Params, candidate: dict[str, Any], catalog: Any, setti
     champion_info: dict[str, Any] = {}
     champion, why = _champion(params, candidate, settings)
     if champion is not None:
-        out.append(m.orchestrator(CHAMPION, champion.llm, policy_alias=champion.policy_alias, role="champion",
+        out.append(m.orchestrator(CHAMPION, as_engine(champion.llm, params.engine, settings),
+                                  policy_alias=champion.policy_alias, role="champion",
                                   description=f"the current champion ({champion.ref})", model=champion.ref,
                                   version=champion.version))
         champion_info = {"method": CHAMPION, "version": champion.version, "ref": champion.ref,
@@ -204,7 +212,8 @@ def build_methods(params: Params, candidate: dict[str, Any], catalog: Any, setti
     if params.methods.prompted:
         base = manifest.get("base_model")
         if base:
-            policy = build_llm(LocalLLMConfig(model=str(base), device=params.device), settings)
+            policy = build_llm(on_engine(LocalLLMConfig(model=str(base), device=params.device), params.engine),
+                               settings)
             out.append(m.orchestrator("prompted", policy, policy_alias=alias,
                                       description=f"the untrained base model `{base}`, prompted"))
         else:
@@ -293,7 +302,7 @@ def run(params: Params, paths: StagePaths, *, settings: Settings | None = None,
     from toolorchestra.evaluation.benchmarks import build_benchmarks, training_task_ids
     from toolorchestra.evaluation.report import write_report
     from toolorchestra.evaluation.runner import EvalConfig, evaluate
-    from toolorchestra.llm.config import build_llm
+    from toolorchestra.llm.config import build_llm, on_engine
 
     settings = settings or load_settings(workspace=paths.workspace)
     candidate = _load_candidate(params, paths, settings)
@@ -306,7 +315,7 @@ def run(params: Params, paths: StagePaths, *, settings: Settings | None = None,
         catalog = catalog.subset(params.tools)
     if llm_for is None:
         def llm_for(alias: str) -> Any:
-            return build_llm(catalog.models[alias].backend, settings)
+            return build_llm(on_engine(catalog.models[alias].backend, params.engine), settings)
 
     train_ids = training_task_ids(paths.deps.get("dataset"))
     benchmarks = build_benchmarks(
