@@ -152,3 +152,36 @@ def test_real_smollm2_converted_replies_like_transformers(smollm2_dir):
     engine = LlamaCppLLM(ensure_gguf(smollm2_dir, smollm2_dir.parent, weights="f32"), smollm2_dir)
     for tools in (None, TOOLS):
         assert _replies(engine, tools, max_tokens=24) == _replies(local, tools, max_tokens=24)
+
+
+def test_engine_is_configuration(tiny_folder, tmp_path):
+    """`kind: llamacpp` in a catalog and a stage's `engine` pick the engine; endpoints are untouched."""
+    from pydantic import TypeAdapter
+
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.llm.config import (
+        LLMConfig,
+        LlamaCppLLMConfig,
+        LocalLLMConfig,
+        OpenAILLMConfig,
+        as_engine,
+        build_llm,
+        on_engine,
+    )
+
+    parsed = TypeAdapter(LLMConfig).validate_python({"kind": "llamacpp", "model": str(tiny_folder), "weights": "f32"})
+    assert isinstance(parsed, LlamaCppLLMConfig)
+    assert on_engine(LocalLLMConfig(model="m"), "llamacpp") == LlamaCppLLMConfig(model="m")
+    assert on_engine(LlamaCppLLMConfig(model="m"), "transformers") == LocalLLMConfig(model="m")
+    assert on_engine(LocalLLMConfig(model="m"), None) == LocalLLMConfig(model="m")
+    endpoint = OpenAILLMConfig(model="gpt")
+    assert on_engine(endpoint, "llamacpp") is endpoint
+    settings = Settings(workspace=tmp_path)
+    llm = build_llm(parsed, settings)
+    assert isinstance(llm, LlamaCppLLM)
+    assert list((settings.models_cache / "gguf").glob("*-f32-*.gguf"))
+    local = LocalLLM(tiny_folder, device="cpu")
+    moved = as_engine(local, "llamacpp", settings, weights="f32")
+    assert isinstance(moved, LlamaCppLLM) and moved.model == local.model
+    assert moved.chat(PROMPTS[0], max_tokens=6).text == local.chat(PROMPTS[0], max_tokens=6).text
+    assert as_engine(local, "transformers", settings) is local
