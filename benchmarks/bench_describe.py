@@ -1,6 +1,6 @@
 """Describe-stage throughput: the catalog measurement (`preferences.measure.measure`), old engine vs new.
 
-    python benchmarks/bench_describe.py [--samples 2] [--max-turns 3] [--max-tokens 128] [--weights f16] [--json]
+    python benchmarks/bench_describe.py [--samples 2] [--max-turns 3] [--max-tokens 128] [--weights f16] [--torch-threads N] [--json]
 
 The describe stage's own measurement on a freshly synthesized `library` domain (its QA items and
 tool-use tasks, local search over its documents) with the embedded catalog (every LLM tool backed
@@ -35,8 +35,14 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="transformers threads (default: torch's; 1 avoids thread stalls on a loaded machine)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
 
     from bench_eval import synthesize
 
@@ -54,8 +60,11 @@ def main() -> None:
         root = synthesize(Path(tmp), 8)
         pool = load_pool(root)
         catalog = load_embedded_catalog().with_search_corpus(root / "qa" / "docs")
+        import torch
+
         print(f"describe measurement: {args.samples} samples per category, max_turns={args.max_turns}, "
-              f"max_tokens={args.max_tokens}, GGUF {args.weights}, load average {os.getloadavg()[0]:.1f}")
+              f"max_tokens={args.max_tokens}, GGUF {args.weights}, torch threads {torch.get_num_threads()}, "
+              f"load average {os.getloadavg()[0]:.1f}")
         for label, engine in (("old", "transformers"), ("new", "llamacpp")):
             def llm_for(alias: str, engine=engine):  # noqa: ANN202
                 backend = on_engine(catalog.models[alias].backend, engine)
@@ -83,6 +92,7 @@ def main() -> None:
         print(f"  differs: {d}")
     if args.json:
         print(json.dumps({"benchmark": "describe", "samples_per_category": args.samples, "weights": args.weights,
+                          "torch_threads": torch.get_num_threads(),
                           "calls_per_s_old": old["calls"] / old["seconds"],
                           "calls_per_s_new": new["calls"] / new["seconds"], "speedup": speedup,
                           "outcomes_identical": not differences, "outcome_differences": differences}))

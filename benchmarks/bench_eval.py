@@ -2,7 +2,7 @@
 
     python benchmarks/bench_eval.py [--compare engines|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
                                     [--weights f16] [--device auto] [--expert local|instant]
-                                    [--expert-latency 0.0] [--model FOLDER] [--json]
+                                    [--expert-latency 0.0] [--model FOLDER] [--torch-threads N] [--json]
 
 `--compare engines` (the default) runs the same methods on the same task list twice, the evaluate
 stage's way (all episodes in lockstep, `batch_size` = the task count, tool calls in a thread pool):
@@ -136,7 +136,9 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:  # noqa: 
           f"({len(differences)} of {len(old['outcomes'])} differ)")
     for d in differences:
         print(f"  differs: {d}")
-    return {"benchmark": "eval", "tasks": n, "episodes": old["episodes"], "max_turns": args.max_turns,
+    import torch
+
+    return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "episodes": old["episodes"], "max_turns": args.max_turns,
             "max_tokens": args.max_tokens, "weights": args.weights,
             "episodes_per_s_old": old["episodes"] / old["seconds"],
             "episodes_per_s_new": new["episodes"] / new["seconds"], "speedup": speedup,
@@ -198,8 +200,14 @@ def main() -> None:
     parser.add_argument("--expert", choices=["local", "instant"], default="local",
                         help="the answer expert: the local model, or an instant reply (with --expert-latency: a "
                              "remote endpoint's wait without local compute)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="transformers threads (default: torch's; 1 avoids thread stalls on a loaded machine)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
 
     import torch
 

@@ -1,7 +1,7 @@
 """Generation speed per engine: prompt and new tokens per second, at batch 1 and batched.
 
     python benchmarks/bench_generation.py [--prompts 8] [--max-tokens 32] [--weights f16] [--model FOLDER]
-                                          [--json]
+                                          [--torch-threads N] [--json]
 
 The same chats for both engines: the orchestrator's tool-laden system prompt (the embedded
 catalog's tool schemas, as an episode renders them) and a different user question each. For the
@@ -97,10 +97,14 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model alias or transformers folder")
+    parser.add_argument("--torch-threads", type=int, default=None, help="transformers threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     args = parser.parse_args()
 
     import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
 
     from toolorchestra.core.settings import Settings, find_workspace
     from toolorchestra.llm.config import LlamaCppLLMConfig, LocalLLMConfig, build_llm
@@ -131,7 +135,7 @@ def main() -> None:
     if args.json:
         print(json.dumps({
             "benchmark": "generation", "model": args.model, "weights": args.weights, "prompts": args.prompts,
-            "max_tokens": args.max_tokens,
+            "max_tokens": args.max_tokens, "torch_threads": torch.get_num_threads(),
             "tokens_per_s": {name: {k: v for k, v in f.items() if k.endswith("_per_s")} for name, f in figures.items()},
             "ratio_llamacpp_over_transformers": ratios,
             "greedy_identical_batch1": sum(same1), "greedy_identical_batched": sum(same_b), "chats": len(same1),
