@@ -21,10 +21,12 @@ ENV PYTHONUNBUFFERED=1 \
     RAY_USAGE_STATS_ENABLED=0 \
     TOKENIZERS_PARALLELISM=false
 
-# git: DVC and the MLflow lineage tags; curl: health checks
+# git: DVC and the MLflow lineage tags; curl: health checks; cmake + g++: llama-cpp-python (the
+# llama.cpp engine, a main dependency) builds from source, portable AVX2 as in the Makefile
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git curl ca-certificates \
+    && apt-get install -y --no-install-recommends git curl ca-certificates cmake g++ \
     && rm -rf /var/lib/apt/lists/*
+ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 
 WORKDIR /opt/toolorchestra
 # Dependencies first (a layer that changes only with the lock), then the code.

@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 export RAY_AUTH_MODE := disabled
-# llama-cpp-python (dev extra: the OpenAI-compatible server of the cluster tests) builds from
+# llama-cpp-python (the llama.cpp engine; its server extra serves the cluster tests) builds from
 # source; a -march=native build crashed here, so build a portable x86-64 (AVX2) one.
 export CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 

@@ -1,7 +1,21 @@
-"""Evaluation throughput: tasks per second with a local model, serial vs concurrent.
+"""Evaluation throughput: episodes per second of the evaluate stage's runner.
 
-    python benchmarks/bench_eval.py [--tasks 8] [--max-turns 2] [--max-tokens 48] [--device auto]
-                                    [--expert local|instant] [--expert-latency 0.0] [--model FOLDER]
+    python benchmarks/bench_eval.py [--compare engines|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
+                                    [--weights f16] [--device auto] [--expert local|instant]
+                                    [--expert-latency 0.0] [--model FOLDER] [--torch-threads N] [--json]
+
+`--compare engines` (the default) runs the same methods on the same task list twice, the evaluate
+stage's way (all episodes in lockstep, `batch_size` = the task count, tool calls in a thread pool):
+
+- **old**: every local model (the policy and the `answer` expert) on the transformers engine;
+- **new**: the same models on the llama.cpp engine (`engine: llamacpp`; the GGUF converted from the
+  same transformers folder at `--weights`, cached; the conversion happens before timing);
+
+and prints episodes/s for each, the speed-up, and the outcomes (greedy: correct, tool calls per
+episode) that differ between engines. With `--json` the last line is one JSON object with
+`episodes_per_s_old`, `episodes_per_s_new`, `speedup`, `outcomes_identical`, `outcome_differences`.
+
+`--compare modes` is the older comparison on the transformers engine, serial vs concurrent:
 
 The evaluation runner (`toolorchestra.evaluation.runner.evaluate`) runs two methods on held-out
 tasks of a freshly synthesized `library` domain (half QA, half tool use) with the `answer` expert
@@ -26,6 +40,7 @@ pays off for remote experts (and tools).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -74,35 +89,135 @@ def synthesize(root: Path, tasks: int) -> Path:
     return root
 
 
+def outcomes(run) -> dict[tuple, tuple]:
+    """Each episode's judgement: (method, task key) -> (correct, tool calls)."""
+    return {(r.method, r.key): (r.correct, tuple(sorted(r.tool_calls.items()))) for r in run.records}
+
+
+def compare_engines(args, settings, catalog, benches, n: int) -> dict:
+    from toolorchestra.episodes.environment import EpisodeConfig
+    from toolorchestra.evaluation import methods as m
+    from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
+    from toolorchestra.llm.config import LlamaCppLLMConfig, LocalLLMConfig, build_llm
+
+    model = args.model or "smollm2-135m-instruct"
+    engines = {"old": LocalLLMConfig(model=model, device=args.device),
+               "new": LlamaCppLLMConfig(model=model, weights=args.weights)}
+    prompt = PromptConfig(max_policy_chars=600)
+    config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens, max_workers=8),
+                        batch_size=n, prompt=prompt)
+    results = {}
+    for label, engine in engines.items():
+        policy = build_llm(engine, settings)  # llama.cpp: converts the GGUF here (once), outside the timing
+        expert = policy if args.expert == "local" else Instant()
+        methods = [m.orchestrator("prompted", policy, policy_alias="smollm2"),
+                   m.random_router(catalog, seed=0, max_turns=args.max_turns)]
+        evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=lambda a, e=expert: e,
+                 config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
+        started = time.perf_counter()
+        run = evaluate(methods, benches, catalog=catalog, settings=settings, config=config,
+                       llm_for=lambda a, e=expert: e)
+        seconds = time.perf_counter() - started
+        episodes = len(run.records)
+        results[label] = {"seconds": seconds, "episodes": episodes, "outcomes": outcomes(run),
+                          "accuracy": {k: v["overall"].accuracy for k, v in run.summary.items()}}
+        extra = ""
+        if hasattr(policy, "cache"):
+            extra = (f", prompt tokens decoded {policy.prompt_tokens_encoded}, prefix-cache hits {policy.cache.hits}")
+        print(f"{label} ({engine.kind}): {episodes} episodes in {seconds:6.1f}s = {episodes / seconds:.3f} "
+              f"episodes/s, accuracy {results[label]['accuracy']}{extra}", flush=True)
+    old, new = results["old"], results["new"]
+    differences = [{"method": k[0], "task": k[1], "old": list(old["outcomes"].get(k, ())),
+                    "new": list(new["outcomes"].get(k, ()))}
+                   for k in sorted(set(old["outcomes"]) | set(new["outcomes"]))
+                   if old["outcomes"].get(k) != new["outcomes"].get(k)]
+    speedup = old["seconds"] / new["seconds"] * new["episodes"] / old["episodes"]
+    print(f"speed-up new / old: x{speedup:.2f}; outcomes identical: {not differences} "
+          f"({len(differences)} of {len(old['outcomes'])} differ)")
+    for d in differences:
+        print(f"  differs: {d}")
+    import torch
+
+    return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "episodes": old["episodes"], "max_turns": args.max_turns,
+            "max_tokens": args.max_tokens, "weights": args.weights,
+            "episodes_per_s_old": old["episodes"] / old["seconds"],
+            "episodes_per_s_new": new["episodes"] / new["seconds"], "speedup": speedup,
+            "outcomes_identical": not differences, "outcome_differences": differences,
+            "accuracy_old": old["accuracy"], "accuracy_new": new["accuracy"]}
+
+
+def compare_modes(args, settings, catalog, benches, n: int) -> dict:
+    from toolorchestra.episodes.environment import EpisodeConfig
+    from toolorchestra.evaluation import methods as m
+    from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
+    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+
+    policy = build_llm(LocalLLMConfig(model=args.model or "smollm2-135m-instruct", device=args.device), settings)
+    base_expert = policy if args.expert == "local" else Instant()
+    expert = base_expert if args.expert_latency <= 0 else RemoteLike(base_expert, args.expert_latency)
+    methods = [m.orchestrator("prompted", policy, policy_alias="smollm2"),
+               m.random_router(catalog, seed=0, max_turns=args.max_turns)]
+    prompt = PromptConfig(max_policy_chars=600)
+    evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=lambda a: expert,  # warm-up
+             config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
+    figures = {}
+    for method in methods:
+        results = {}
+        for mode, batch, workers in (("serial", 1, 1), ("concurrent", n, 8)):
+            config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,
+                                                      max_workers=workers), batch_size=batch, prompt=prompt)
+            started = time.perf_counter()
+            run = evaluate([method], benches, catalog=catalog, settings=settings, config=config,
+                           llm_for=lambda a: expert)
+            seconds = time.perf_counter() - started
+            turns = sum(r.turns for r in run.records)
+            calls = sum(sum(r.tool_calls.values()) for r in run.records)
+            results[mode] = (seconds, sorted((r.key, r.correct, tuple(sorted(r.tool_calls.items())))
+                                             for r in run.records))
+            print(f"{method.name:>13} {mode:>10}: {n} tasks in {seconds:6.1f}s = {n / seconds:.3f} tasks/s "
+                  f"({turns} turns, {calls} tool calls, accuracy "
+                  f"{run.summary[method.name]['overall'].accuracy:.2f})")
+        speedup = results["serial"][0] / results["concurrent"][0]
+        same = results["serial"][1] == results["concurrent"][1]
+        print(f"{method.name:>13} speed-up concurrent / serial: x{speedup:.2f}; same outcomes: {same}")
+        figures[method.name] = {"tasks_per_s_serial": n / results["serial"][0],
+                                "tasks_per_s_concurrent": n / results["concurrent"][0], "speedup": speedup,
+                                "outcomes_identical": same}
+    return {"benchmark": "eval_modes", "tasks": n, **figures}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=8, help="tasks per mode (half QA, half tool use)")
+    parser.add_argument("--compare", choices=["engines", "modes"], default="engines")
+    parser.add_argument("--tasks", type=int, default=8, help="tasks (half QA, half tool use)")
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16",
+                        help="GGUF precision of the llama.cpp engine (engines comparison)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")
     parser.add_argument("--model", default=None, help="policy model folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--expert", choices=["local", "instant"], default="local",
                         help="the answer expert: the local model, or an instant reply (with --expert-latency: a "
                              "remote endpoint's wait without local compute)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="transformers threads (default: torch's; 1 avoids thread stalls on a loaded machine)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
 
     import torch
 
     from toolorchestra.core.settings import Settings, find_workspace
-    from toolorchestra.episodes.environment import EpisodeConfig
-    from toolorchestra.evaluation import methods as m
     from toolorchestra.evaluation.benchmarks import QASpec, ToolScaleSpec, build_benchmarks
-    from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
-    from toolorchestra.llm.config import LocalLLMConfig, build_llm
     from toolorchestra.tools.catalog import load_embedded_catalog
 
     repo = find_workspace(Path(__file__).resolve().parent)
     settings = Settings(workspace=repo)  # the repo's model cache: SmolLM2 is converted once
     catalog = load_embedded_catalog().subset(["answer", "code_interpreter"])
-    policy = build_llm(LocalLLMConfig(model=args.model or "smollm2-135m-instruct", device=args.device), settings)
-    base_expert = policy if args.expert == "local" else Instant()
-    expert = base_expert if args.expert_latency <= 0 else RemoteLike(base_expert, args.expert_latency)
     with tempfile.TemporaryDirectory() as tmp:
         root = synthesize(Path(tmp), args.tasks)
         half = args.tasks // 2
@@ -110,34 +225,14 @@ def main() -> None:
                                     QASpec(name="qa", max_tasks=half)],
                                    tasks_root=root, workspace=root, seed=0, train_ids=set())
         n = sum(len(b.items) for b in benches)
-        methods = [m.orchestrator("prompted", policy, policy_alias="smollm2"),
-                   m.random_router(catalog, seed=0, max_turns=args.max_turns)]
-        prompt = PromptConfig(max_policy_chars=600)
         cpu = platform.processor() or platform.machine()
-        print(f"device: {policy.device}, torch threads: {torch.get_num_threads()}, {cpu}")
+        print(f"torch threads: {torch.get_num_threads()}, {cpu}, load average {os.getloadavg()[0]:.1f}")
         print(f"{n} tasks ({', '.join(f'{b.name}: {len(b.items)}' for b in benches)}), max_turns={args.max_turns}, "
               f"max_tokens={args.max_tokens}, expert {args.expert} + {args.expert_latency}s latency")
-        evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=lambda a: expert,  # warm-up
-                 config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
-        for method in methods:
-            results = {}
-            for mode, batch, workers in (("serial", 1, 1), ("concurrent", n, 8)):
-                config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,
-                                                          max_workers=workers), batch_size=batch, prompt=prompt)
-                started = time.perf_counter()
-                run = evaluate([method], benches, catalog=catalog, settings=settings, config=config,
-                               llm_for=lambda a: expert)
-                seconds = time.perf_counter() - started
-                turns = sum(r.turns for r in run.records)
-                calls = sum(sum(r.tool_calls.values()) for r in run.records)
-                results[mode] = (seconds, sorted((r.key, r.correct, tuple(sorted(r.tool_calls.items())))
-                                                 for r in run.records))
-                print(f"{method.name:>13} {mode:>10}: {n} tasks in {seconds:6.1f}s = {n / seconds:.3f} tasks/s "
-                      f"({turns} turns, {calls} tool calls, accuracy "
-                      f"{run.summary[method.name]['overall'].accuracy:.2f})")
-            speedup = results["serial"][0] / results["concurrent"][0]
-            same = results["serial"][1] == results["concurrent"][1]
-            print(f"{method.name:>13} speed-up concurrent / serial: x{speedup:.2f}; same outcomes: {same}")
+        compare = compare_engines if args.compare == "engines" else compare_modes
+        figures = compare(args, settings, catalog, benches, n)
+    if args.json:
+        print(json.dumps(figures, default=str))
 
 
 if __name__ == "__main__":

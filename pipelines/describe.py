@@ -26,6 +26,7 @@ from toolorchestra.core.settings import Settings
 from toolorchestra.describe.descriptions import describe_catalog, relocated_dict
 from toolorchestra.describe.measure import DescribeConfig, Measurement
 from toolorchestra.episodes.pool import load_pool
+from toolorchestra.llm.config import LocalEngine
 from toolorchestra.tools.catalog import load_catalog, parse_catalog
 
 
@@ -36,6 +37,8 @@ class Params(StageParams):
     seed: int = 0
     summarizer: str | None = Field(None, description="catalog model alias that summarises trajectories")
     measure: DescribeConfig = DescribeConfig()
+    engine: LocalEngine | None = Field(None, description="engine of the catalog's local models: transformers or "
+                                       "llamacpp; None: as the catalog says")
 
     @model_validator(mode="after")
     def _paths(self) -> Params:
@@ -80,7 +83,7 @@ def describe(params: Params, *, catalog_path: Path, tasks_path: Path, out_path: 
     With `search_corpus` (the pipeline's records as documents), local search indexes it, so the
     measured lookup accuracy and the catalog the later stages use refer to the synthesized data.
     """
-    from toolorchestra.llm.config import build_llm
+    from toolorchestra.llm.config import build_llm, on_engine
 
     catalog = load_catalog(catalog_path)
     if search_corpus is not None:
@@ -91,7 +94,11 @@ def describe(params: Params, *, catalog_path: Path, tasks_path: Path, out_path: 
         if params.summarizer not in catalog.models:
             raise ConfigError(catalog_path, f"summarizer {params.summarizer!r} is not a model alias of the catalog; "
                               f"known: {sorted(catalog.models)}", key="describe.summarizer")
-        summarizer = build_llm(catalog.models[params.summarizer].backend, settings)
+        summarizer = build_llm(on_engine(catalog.models[params.summarizer].backend, params.engine), settings)
+    if llm_for is None:
+        def llm_for(alias: str) -> Any:
+            return build_llm(on_engine(catalog.models[alias].backend, params.engine), settings)
+
     try:
         described, measurement = describe_catalog(catalog, pool, settings, params.config(), llm_for=llm_for,
                                                   summarizer=summarizer)

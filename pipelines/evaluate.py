@@ -48,6 +48,7 @@ from toolorchestra.evaluation.benchmarks import (
 from toolorchestra.evaluation.judges import JudgeConfig
 from toolorchestra.evaluation.methods import CANDIDATE, MethodsConfig
 from toolorchestra.evaluation.runner import PromptConfig
+from toolorchestra.llm.config import LocalEngine
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ class Params(StageParams):
     judge: JudgeConfig = JudgeConfig()
     tools: list[str] | None = Field(None, description="catalog tools every method is offered (None: all)")
     device: str = "auto"
+    engine: LocalEngine | None = Field(None, description="engine of every local model (policies, experts, "
+                                       "judge): transformers or llamacpp; None: as the catalog says")
+    engine: LocalEngine | None = Field(None, description="engine of every local model (policies, experts, "
+                                       "judge): transformers or llamacpp; None: as the catalog says")
 
     @model_validator(mode="after")
     def _check(self) -> Params:
@@ -126,12 +131,13 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     from toolorchestra.evaluation.methods import build_methods
     from toolorchestra.evaluation.report import headline_metrics, write_report
     from toolorchestra.evaluation.runner import EvalConfig, evaluate
-    from toolorchestra.llm.config import build_llm
+    from toolorchestra.llm.config import as_engine, build_llm, on_engine
     from toolorchestra.registry.policy import champion_to_compare, load_candidate
 
     settings = paths.settings
     candidate = load_candidate(params.model, paths.deps.get("model", paths.workspace), paths.workspace, settings,
                                device=params.device)
+    candidate.llm = as_engine(candidate.llm, params.engine, settings)
     catalog = candidate.catalog
     if params.tools is not None:
         unknown = sorted(set(params.tools) - {t.name for t in catalog.tools})
@@ -141,7 +147,7 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
         catalog = catalog.subset(params.tools)
 
     def llm_for(alias: str) -> Any:
-        return build_llm(catalog.models[alias].backend, settings)
+        return build_llm(on_engine(catalog.models[alias].backend, params.engine), settings)
 
     train_ids = training_task_ids(paths.deps.get("dataset"))
     benchmarks = build_benchmarks(
@@ -153,11 +159,13 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
                                                    device=params.device)
                                if params.methods.champion else (None, "champion evaluation disabled "
                                                                       "(methods.champion: false)"))
+    if champion is not None:
+        champion.llm = as_engine(champion.llm, params.engine, settings)
     methods, champion_info, notes = build_methods(
         params.methods, candidate=candidate, champion=champion, champion_note=champion_note, catalog=catalog,
         settings=settings, llm_for=llm_for, seed=params.seed, max_turns=params.episode.max_turns,
-        device=params.device)
-    judge = build_judge(params.judge, catalog, settings, llm_for)
+        device=params.device, engine=params.engine)
+    judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         seed=params.seed, adherence_margin=params.adherence_margin)
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,

@@ -133,3 +133,19 @@ def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspac
     assert run.data.metrics["accuracy"] == ad_hoc["summary"]["trained"]["overall"]["accuracy"]
     bad = CliRunner().invoke(app, ["evaluate", "--bench", "nope", "--params", str(workspace / "params.yaml")])
     assert bad.exit_code != 0 and "known: ['toolscale', 'qa', 'preferences']" in str(bad.exception)
+
+
+def test_llamacpp_engine_is_chosen_by_params_and_judges_like_transformers(workspace):
+    """`engine: llamacpp` runs every local model (candidate, prompted base, expert) through llama.cpp
+    (their GGUFs converted into the state folder) with the transformers engine's judgements."""
+    pytest.importorskip("llama_cpp")
+    results = {}
+    for engine in ("transformers", "llamacpp"):
+        write_params(workspace, {"engine": engine, "benchmarks": SECTION["benchmarks"][:2]})
+        run_stage("evaluate", params_file=workspace / "params.yaml", settings=settings_of(workspace), track=False)
+        rows = read_jsonl(workspace / "reports" / "eval" / "per_task.jsonl")
+        results[engine] = sorted((r["method"], r["key"], r["correct"], json.dumps(r["tool_calls"], sort_keys=True),
+                                  r["turns"]) for r in rows)
+    converted = list((workspace / ".orchestra" / "models" / "gguf").glob("*.gguf"))
+    assert converted  # the checkpoint, base model and expert (equal weights here: one file, by weights hash)
+    assert results["llamacpp"] == results["transformers"]

@@ -40,7 +40,7 @@ from toolorchestra.core.settings import Settings
 from toolorchestra.envs.evaluation import normalize
 from toolorchestra.episodes.judge import judge_answer, parse_number
 from toolorchestra.llm.base import LLM, LLMError
-from toolorchestra.llm.config import LLMConfig
+from toolorchestra.llm.config import LLMConfig, LocalEngine
 from toolorchestra.tools.catalog import Catalog
 
 __all__ = ["Judgement", "LLMJudge", "exact_match", "numeric_match", "parse_verdict", "rule_method"]
@@ -160,10 +160,10 @@ class JudgeConfig(BaseModel):
         return self
 
 
-def build_judge(config: JudgeConfig, catalog: Catalog, settings: Settings,
-                llm_for: Callable[[str], LLM]) -> LLMJudge | None:
-    """The configured LLM judge, or None (rules only)."""
-    from toolorchestra.llm.config import build_llm
+def build_judge(config: JudgeConfig, catalog: Catalog, settings: Settings, llm_for: Callable[[str], LLM], *,
+                engine: LocalEngine | None = None) -> LLMJudge | None:
+    """The configured LLM judge, or None (rules only); `engine` as in `llm.config.on_engine`."""
+    from toolorchestra.llm.config import build_llm, on_engine
 
     if config.model:
         if config.model not in catalog.models:
@@ -171,5 +171,5 @@ def build_judge(config: JudgeConfig, catalog: Catalog, settings: Settings,
                               f"{sorted(catalog.models)}", key="evaluate.judge.model")
         return LLMJudge(llm_for(config.model), max_tokens=config.max_tokens, name=config.model)
     if config.backend is not None:
-        return LLMJudge(build_llm(config.backend, settings), max_tokens=config.max_tokens)
+        return LLMJudge(build_llm(on_engine(config.backend, engine), settings), max_tokens=config.max_tokens)
     return None

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM, BatchLLM, Completion, Message, Usage, tools_by_row
+from toolorchestra.llm.config import LocalEngine
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.tools.catalog import Catalog, ExpertBackend
 
@@ -160,10 +161,11 @@ class MethodsConfig(BaseModel):
 
 def build_methods(config: MethodsConfig, *, candidate: Any, champion: Any | None, champion_note: str,
                   catalog: Catalog, settings: Settings, llm_for: Callable[[str], LLM], seed: int, max_turns: int,
-                  device: str = "auto") -> tuple[list[Method], dict[str, Any], list[str]]:
+                  device: str = "auto", engine: LocalEngine | None = None) -> tuple[list[Method], dict[str, Any], list[str]]:
     """(methods, champion info for the report, notes). `candidate` and `champion` are loaded
-    orchestrators (`llm`, `manifest`, `ref`; the registry's `Candidate` / `RegisteredModel`)."""
-    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+    orchestrators (`llm`, `manifest`, `ref`; the registry's `Candidate` / `RegisteredModel`); `engine`
+    runs the prompted base model on another local engine (`llm.config.on_engine`)."""
+    from toolorchestra.llm.config import LocalLLMConfig, build_llm, on_engine
 
     manifest = candidate.manifest
     alias = manifest.get("policy_alias") or catalog.policy
@@ -183,7 +185,7 @@ def build_methods(config: MethodsConfig, *, candidate: Any, champion: Any | None
     if config.prompted:
         base = manifest.get("base_model")
         if base:
-            policy = build_llm(LocalLLMConfig(model=str(base), device=device), settings)
+            policy = build_llm(on_engine(LocalLLMConfig(model=str(base), device=device), engine), settings)
             out.append(orchestrator("prompted", policy, policy_alias=alias,
                                     description=f"the untrained base model `{base}`, prompted"))
         else:

@@ -1,4 +1,10 @@
-"""Configuration of an LLM backend, chosen by `kind`, and the factory that builds it."""
+"""Configuration of an LLM backend, chosen by `kind`, and the factory that builds it.
+
+Kinds: `local` (transformers on this machine), `llamacpp` (the same model as a GGUF through
+llama.cpp, converted from the transformers folder and cached; fixed-weight work on the CPU) and
+`openai` (an OpenAI-compatible endpoint). `engine_config(engine, model)` turns a stage's `engine`
+parameter into the config of a local model, so stages choose the engine by configuration.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +29,21 @@ class LocalLLMConfig(BaseModel):
     device: str = "auto"
 
 
+class LlamaCppLLMConfig(BaseModel):
+    """A local model through llama.cpp: `smollm2-135m-instruct` or a transformers model folder,
+    converted to GGUF at `weights` precision on first use (cached by weights hash)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["llamacpp"] = "llamacpp"
+    model: str = "smollm2-135m-instruct"
+    weights: Literal["f32", "f16", "q8_0"] = "f16"
+    n_ctx: int = Field(8192, ge=256, description="context tokens (prompt + reply)")
+    n_batch: int = Field(512, ge=8, description="prompt tokens decoded per llama.cpp batch")
+    n_threads: int = Field(1, ge=1, description="llama.cpp threads; more than the free cores stall (see llamacpp.py)")
+    prefix_cache_mib: int = Field(1024, ge=0, description="saved KV states for prompt-prefix reuse; 0: off")
+
+
 class OpenAILLMConfig(BaseModel):
     """An OpenAI-compatible endpoint. The key comes from the environment variable `api_key_env`."""
 
@@ -37,13 +58,56 @@ class OpenAILLMConfig(BaseModel):
     backoff_s: float = Field(0.5, ge=0)
 
 
-LLMConfig = Annotated[LocalLLMConfig | OpenAILLMConfig, Field(discriminator="kind")]
+LLMConfig = Annotated[LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, Field(discriminator="kind")]
+LocalEngine = Literal["transformers", "llamacpp"]
+"""A stage's choice of engine for the local models it runs (the policy under evaluation, ...)."""
+
+
+def engine_config(engine: LocalEngine, model: str, *, device: str = "auto") -> LocalLLMConfig | LlamaCppLLMConfig:
+    """The backend config running the local `model` (an alias or a folder) on `engine`."""
+    if engine == "llamacpp":
+        return LlamaCppLLMConfig(model=model)
+    return LocalLLMConfig(model=model, device=device)
+
+
+def on_engine(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig,
+              engine: LocalEngine | None) -> LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig:
+    """`config` with its local model run on `engine` (None: as configured); endpoints unchanged."""
+    if engine is None or isinstance(config, OpenAILLMConfig):
+        return config
+    if engine == "llamacpp" and isinstance(config, LocalLLMConfig):
+        return LlamaCppLLMConfig(model=config.model)
+    if engine == "transformers" and isinstance(config, LlamaCppLLMConfig):
+        return LocalLLMConfig(model=config.model)
+    return config
+
+
+def as_engine(llm: LLM, engine: LocalEngine | None, settings: Settings, **llamacpp: object) -> LLM:
+    """A loaded transformers policy (`LocalLLM`: a checkpoint, a registered model) on `engine`:
+    for `llamacpp` its weights are converted to GGUF once (cached by weights hash)."""
+    from toolorchestra.llm.local import LocalLLM
+
+    if engine != "llamacpp" or not isinstance(llm, LocalLLM):
+        return llm
+    from toolorchestra.llm.llamacpp import LlamaCppLLM
+
+    return LlamaCppLLM.from_local(llm, settings.models_cache, **llamacpp)  # type: ignore[arg-type]
+
+
+def _model_folder(model: str, settings: Settings) -> Path:
+    """The transformers folder of a local model name (SmolLM2 is converted from its GGUF once)."""
+    from toolorchestra.llm import smollm2
+
+    if model == smollm2.NAME:
+        return smollm2.ensure_converted(settings.models_cache)
+    folder = Path(model).expanduser()
+    return folder if folder.is_absolute() else settings.workspace / folder
 
 _cache: dict[tuple, LLM] = {}
 _cache_lock = threading.Lock()
 
 
-def build_llm(config: LocalLLMConfig | OpenAILLMConfig, settings: Settings) -> LLM:
+def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, settings: Settings) -> LLM:
     """Build (or reuse) the backend for `config`: one loaded local model per process."""
     api_key = None
     if isinstance(config, OpenAILLMConfig):
@@ -57,16 +121,17 @@ def build_llm(config: LocalLLMConfig | OpenAILLMConfig, settings: Settings) -> L
             return _cache[key]
         llm: LLM
         if isinstance(config, LocalLLMConfig):
-            from toolorchestra.llm import smollm2
             from toolorchestra.llm.local import LocalLLM
 
-            if config.model == smollm2.NAME:
-                folder = smollm2.ensure_converted(settings.models_cache)
-            else:
-                folder = Path(config.model).expanduser()
-                if not folder.is_absolute():
-                    folder = settings.workspace / folder
-            llm = LocalLLM(folder, name=config.model, device=config.device)
+            llm = LocalLLM(_model_folder(config.model, settings), name=config.model, device=config.device)
+        elif isinstance(config, LlamaCppLLMConfig):
+            from toolorchestra.llm.gguf_export import ensure_gguf
+            from toolorchestra.llm.llamacpp import LlamaCppLLM
+
+            folder = _model_folder(config.model, settings)
+            llm = LlamaCppLLM(ensure_gguf(folder, settings.models_cache, weights=config.weights), folder,
+                              name=config.model, n_ctx=config.n_ctx, n_batch=config.n_batch,
+                              n_threads=config.n_threads, prefix_cache_mib=config.prefix_cache_mib)
         else:
             from toolorchestra.llm.openai_backend import OpenAILLM
 

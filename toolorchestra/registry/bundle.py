@@ -18,7 +18,6 @@ artifacts:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.core.checksum import weights_sha256
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.fs import atomic_write_json
 from toolorchestra.tools.catalog import Catalog, LocalSearchBackend, parse_catalog
@@ -47,21 +47,6 @@ def pip_requirements() -> list[str]:
         except metadata.PackageNotFoundError:
             continue
     return out
-
-
-def weights_sha256(checkpoint: str | Path) -> str:
-    """A hash of a checkpoint's weight files: equal hashes mean the same model."""
-    folder = Path(checkpoint)
-    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
-    if not files:
-        raise ConfigError(folder, "no weight files (*.safetensors) in the checkpoint")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def _folder_size(path: Path) -> int:

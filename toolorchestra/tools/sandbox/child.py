@@ -27,7 +27,8 @@ def _setup(cfg, status_fd):
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
     def mount(src, target, fstype, flags, data):
-        enc = lambda s: None if s is None else os.fsencode(s)
+        def enc(s):
+            return None if s is None else os.fsencode(s)
         if libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) != 0:
             fail(f"mount {target}")
 

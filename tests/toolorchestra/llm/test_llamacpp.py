@@ -1,0 +1,187 @@
+"""The llama.cpp engine against the transformers engine: GGUF conversion of a checkpoint, identical
+greedy replies and usage on a fixed prompt set, prefix-cache reuse, and clear conversion errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from toolorchestra.core.errors import ConfigError  # noqa: E402
+from toolorchestra.llm.gguf_export import ensure_gguf  # noqa: E402
+from toolorchestra.llm.llamacpp import LlamaCppLLM  # noqa: E402
+from toolorchestra.llm.local import LocalLLM  # noqa: E402
+
+TOOLS = [{"type": "function", "function": {
+    "name": "answer", "description": "Ask an expert model to answer the question.",
+    "parameters": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}}}]
+PROMPTS = [
+    [{"role": "user", "content": "What is 2 + 3? Answer briefly."}],
+    [{"role": "system", "content": "You are a terse assistant."}, {"role": "user", "content": "Name a colour."}],
+    [{"role": "system", "content": "You route questions to tools."},
+     {"role": "user", "content": "Who wrote the book with id B-12?"},
+     {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "answer",
+                                                                       "arguments": {"question": "B-12"}}}]},
+     {"role": "tool", "content": "Ada Lovelace"}],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, smollm2_dir: Path) -> Path:
+    """A random-weight Llama of SmolLM2's architecture with the real tokenizer, saved as a checkpoint."""
+    from tiny_models import tiny_llama
+    from transformers import AutoTokenizer
+
+    import torch
+
+    folder = tmp_path_factory.mktemp("tiny-checkpoint")
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    model = tiny_llama(tokenizer)
+    with torch.no_grad():  # wider weights than the default init: varied tokens, not one repeated newline
+        for name, param in model.named_parameters():
+            if param.ndim == 2:
+                param.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_folder: Path, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("models")
+    gguf = ensure_gguf(tiny_folder, cache, weights="f32")
+    return LocalLLM(tiny_folder, device="cpu"), LlamaCppLLM(gguf, tiny_folder, n_ctx=2048), gguf, cache
+
+
+def _replies(llm, tools=None, max_tokens=12):
+    return [(c.text, c.usage.prompt_tokens, c.usage.completion_tokens)
+            for c in (llm.chat(m, tools=tools, max_tokens=max_tokens) for m in PROMPTS)]
+
+
+def test_converted_checkpoint_replies_like_transformers(engines):
+    local, engine, _, _ = engines
+    assert engine.render(PROMPTS[2], TOOLS) == local.render(PROMPTS[2], TOOLS)
+    for tools in (None, TOOLS):
+        expected = _replies(local, tools)
+        assert _replies(engine, tools) == expected
+        assert all(new > 1 and len(set(text)) > 3 for text, _, new in expected)  # varied text, several steps
+
+
+def test_batch_keeps_row_order_and_matches_single_calls(engines):
+    _, engine, _, _ = engines
+    batch = engine.chat_batch(PROMPTS, tools=TOOLS, max_tokens=10)
+    singles = [engine.chat(m, tools=TOOLS, max_tokens=10) for m in PROMPTS]
+    assert [c.text for c in batch] == [c.text for c in singles]
+    assert [c.usage for c in batch] == [c.usage for c in singles]
+
+
+def test_prefix_cache_reuses_turns_without_changing_replies(tiny_folder, engines):
+    _, _, gguf, _ = engines
+    cached = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048, prefix_cache_mib=64)
+    fresh = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048, prefix_cache_mib=0)
+    first = [cached.chat(m, tools=TOOLS, max_tokens=8) for m in PROMPTS[:2]]
+    # Each chat's next turn, after the other chat ran in between: only the cache has its prefix.
+    follow = [m + [{"role": "assistant", "content": c.text}, {"role": "user", "content": "And then?"}]
+              for m, c in zip(PROMPTS[:2], first, strict=True)]
+    encoded_before, hits_before = cached.prompt_tokens_encoded, cached.cache.hits
+    again = [cached.chat(m, tools=TOOLS, max_tokens=8) for m in follow]
+    assert cached.cache.hits > hits_before
+    encoded = cached.prompt_tokens_encoded - encoded_before
+    assert encoded < sum(c.usage.prompt_tokens for c in again) / 2  # most of each prompt came from the cache
+    assert [c.text for c in again] == [fresh.chat(m, tools=TOOLS, max_tokens=8).text for m in follow]
+
+
+def test_conversion_is_cached_by_weights_hash(tiny_folder, engines, tmp_path):
+    _, _, gguf, cache = engines
+    stamp = gguf.stat().st_mtime_ns
+    assert ensure_gguf(tiny_folder, cache, weights="f32") == gguf
+    assert gguf.stat().st_mtime_ns == stamp  # not converted again
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_folder, changed)
+    tensors = load_file(changed / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] * 2
+    save_file(tensors, changed / "model.safetensors", metadata={"format": "pt"})
+    assert ensure_gguf(changed, cache, weights="f32") != gguf
+
+
+def test_unsupported_architecture_is_one_error_naming_the_file(tiny_folder, tmp_path):
+    import shutil
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(tiny_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ConfigError, match="unsupported architecture 'GPT2LMHeadModel'") as info:
+        ensure_gguf(folder, tmp_path / "cache")
+    assert info.value.file == str(folder / "config.json")
+
+
+def test_corrupt_checkpoint_is_one_error_naming_the_file(tiny_folder, tmp_path):
+    import shutil
+
+    folder = tmp_path / "corrupt"
+    shutil.copytree(tiny_folder, folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated download
+    with pytest.raises(ConfigError, match="corrupt checkpoint weights") as info:
+        ensure_gguf(folder, tmp_path / "cache")
+    assert info.value.file == str(weights)
+    assert not list((tmp_path / "cache" / "gguf").glob("*.gguf"))  # nothing half-written is cached
+
+
+def test_a_broken_gguf_is_a_config_error(tiny_folder, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF not really")
+    with pytest.raises(ConfigError, match="llama.cpp cannot load"):
+        LlamaCppLLM(bad, tiny_folder)
+
+
+@pytest.mark.slow
+def test_real_smollm2_converted_replies_like_transformers(smollm2_dir):
+    """The real SmolLM2-135M: its transformers folder converted to GGUF (f32, like with like) gives
+    the transformers engine's greedy replies on the fixed prompt set."""
+    local = LocalLLM(smollm2_dir, device="cpu")
+    # Cached beside the converted folder (the repo's state folder), as a user's first run does.
+    engine = LlamaCppLLM(ensure_gguf(smollm2_dir, smollm2_dir.parent, weights="f32"), smollm2_dir)
+    for tools in (None, TOOLS):
+        assert _replies(engine, tools, max_tokens=24) == _replies(local, tools, max_tokens=24)
+
+
+def test_engine_is_configuration(tiny_folder, tmp_path):
+    """`kind: llamacpp` in a catalog and a stage's `engine` pick the engine; endpoints are untouched."""
+    from pydantic import TypeAdapter
+
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.llm.config import (
+        LLMConfig,
+        LlamaCppLLMConfig,
+        LocalLLMConfig,
+        OpenAILLMConfig,
+        as_engine,
+        build_llm,
+        on_engine,
+    )
+
+    parsed = TypeAdapter(LLMConfig).validate_python({"kind": "llamacpp", "model": str(tiny_folder), "weights": "f32"})
+    assert isinstance(parsed, LlamaCppLLMConfig)
+    assert on_engine(LocalLLMConfig(model="m"), "llamacpp") == LlamaCppLLMConfig(model="m")
+    assert on_engine(LlamaCppLLMConfig(model="m"), "transformers") == LocalLLMConfig(model="m")
+    assert on_engine(LocalLLMConfig(model="m"), None) == LocalLLMConfig(model="m")
+    endpoint = OpenAILLMConfig(model="gpt")
+    assert on_engine(endpoint, "llamacpp") is endpoint
+    settings = Settings(workspace=tmp_path)
+    llm = build_llm(parsed, settings)
+    assert isinstance(llm, LlamaCppLLM)
+    assert list((settings.models_cache / "gguf").glob("*-f32-*.gguf"))
+    local = LocalLLM(tiny_folder, device="cpu")
+    moved = as_engine(local, "llamacpp", settings, weights="f32")
+    assert isinstance(moved, LlamaCppLLM) and moved.model == local.model
+    assert moved.chat(PROMPTS[0], max_tokens=6).text == local.chat(PROMPTS[0], max_tokens=6).text
+    assert as_engine(local, "transformers", settings) is local
