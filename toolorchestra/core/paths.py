@@ -101,13 +101,7 @@ def _ownership_file(state: Path, stage: str) -> Path:
 
 def owned_outputs(stage: str, workspace: Path, state: Path) -> set[Path]:
     """The outputs `stage` created: recorded by the runner, or by DVC in `dvc.lock`."""
-    owned: set[Path] = set()
-    record = _ownership_file(state, stage)
-    if record.is_file():
-        try:
-            owned |= {Path(p) for p in json.loads(record.read_text(encoding="utf-8"))}
-        except (OSError, ValueError, TypeError):
-            pass  # an unreadable record owns nothing: the check below then refuses, which is safe
+    owned = _recorded(state, stage)
     lock = workspace / "dvc.lock"
     if lock.is_file():
         try:
@@ -129,9 +123,21 @@ def check_replaceable(stage: str, outs: Mapping[str, Path], workspace: Path, sta
                               key=f"{stage}.outs.{key}")
 
 
+def _recorded(state: Path, stage: str) -> set[Path]:
+    record = _ownership_file(state, stage)
+    if not record.is_file():
+        return set()
+    try:
+        return {Path(p) for p in json.loads(record.read_text(encoding="utf-8"))}
+    except (OSError, ValueError, TypeError):
+        return set()  # an unreadable record owns nothing: the check then refuses, which is safe
+
+
 def record_outputs(stage: str, outs: Iterable[Path], state: Path) -> None:
-    """Remember the outputs `stage` just committed, so a later run may replace them."""
-    atomic_write_json(_ownership_file(state, stage), sorted(str(p) for p in outs))
+    """Remember the outputs `stage` just committed (besides those it wrote before: an ad-hoc run
+    with other output paths must not disown the pipeline's), so a later run may replace them."""
+    owned = _recorded(state, stage) | set(outs)
+    atomic_write_json(_ownership_file(state, stage), sorted(str(p) for p in owned))
 
 
 def check_output_folder(value: str | Path, workspace: Path, *, state: Path | None = None, key: str) -> Path:

@@ -83,3 +83,14 @@ def test_only_paths_the_stage_wrote_may_be_replaced(tmp_path):
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  s:\n    cmd: x\n    outs:\n    - path: pipelines\n")
     check_replaceable("s", {"y": foreign}, tmp_path, state)
     check_replaceable("s", {"z": tmp_path / "data/new"}, tmp_path, state)  # absent: nothing replaced
+
+
+def test_an_ad_hoc_run_does_not_disown_the_pipelines_outputs(tmp_path):
+    """`orchestra evaluate --bench qa` writes reports/eval-adhoc: reports/eval stays the stage's."""
+    from toolorchestra.core.paths import owned_outputs, record_outputs
+
+    state = tmp_path / ".orchestra"
+    record_outputs("evaluate", [tmp_path / "reports" / "eval"], state)
+    record_outputs("evaluate", [tmp_path / "reports" / "eval-adhoc"], state)
+    assert owned_outputs("evaluate", tmp_path, state) == {tmp_path / "reports" / "eval",
+                                                         tmp_path / "reports" / "eval-adhoc"}
