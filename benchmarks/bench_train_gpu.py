@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +48,8 @@ def main() -> int:
         print("skipped: no CUDA device (this benchmark needs one GPU)")
         return 0
 
+    # the task synthesis of bench_learning (this script's folder is on sys.path)
+    from bench_learning import synthesize
     from transformers import AutoTokenizer, TrainerCallback
 
     from toolorchestra.core.settings import Settings
@@ -59,9 +60,6 @@ def main() -> int:
     from toolorchestra.rl.config import GRPOSettings
     from toolorchestra.rl.trl_backend import build_grpo_trainer
     from toolorchestra.tools.catalog import load_embedded_catalog
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the task synthesis of bench_learning
-    from bench_learning import synthesize
 
     root = Path(__file__).resolve().parents[1]
     scratch = Path(tempfile.mkdtemp(prefix="bench-train-gpu-"))

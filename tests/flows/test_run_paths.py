@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workspaces import make_project_workspace
+from helpers.workspaces import make_project_workspace
 
 ORCHESTRA = Path(sys.executable).parent / "orchestra"
 

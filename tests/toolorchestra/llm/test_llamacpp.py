@@ -32,7 +32,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory, smollm2_dir: Path) -> Path:
     """A random-weight Llama of SmolLM2's architecture with the real tokenizer, saved as a checkpoint."""
-    from tiny_models import tiny_llama
+    from helpers.tiny_models import tiny_llama
     from transformers import AutoTokenizer
 
     import torch
