@@ -26,7 +26,7 @@ def make_project_workspace(root: Path, params: dict | None = None, *, profile: P
     `profile` (a complete parameters file) as its params.yaml; each section of `params` is merged
     over the profile's (top-level keys of a section replace the profile's)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("pipelines", "toolorchestra", *folders):
+    for folder in ("pipelines", "stagekit", "toolorchestra", *folders):  # every folder dvc.yaml lists as deps
         shutil.copytree(REPO / folder, root / folder, ignore=ignore)
     for name in ("dvc.yaml", ".dvcignore", ".gitignore", *files):
         shutil.copy(REPO / name, root / name)
