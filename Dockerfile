@@ -2,8 +2,8 @@
 # Ray head and workers all run it (infra/compose.yaml, infra/kuberay/). Build from the repository
 # root, at the commit the workspace clone is at (stages run the installed code):
 #   docker build -t toolorchestra/pipeline:$(git rev-parse --short HEAD) .
-# GPU variant (Ray GPU workers for verl training; vLLM resolves its own CUDA torch, so no CPU lock):
-#   docker build --build-arg EXTRAS=cluster,gpu --build-arg CONSTRAINTS= -t toolorchestra/pipeline-gpu .
+# GPU variant (Ray GPU workers for verl training; the GPU lock pins vLLM's CUDA torch; never built yet):
+#   docker build --build-arg EXTRAS=cluster,gpu --build-arg CONSTRAINTS=requirements/lock-gpu.txt -t toolorchestra/pipeline-gpu .
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 

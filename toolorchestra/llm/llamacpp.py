@@ -22,6 +22,7 @@ cores); raise `n_threads` on an idle machine with more cores.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from pathlib import Path
@@ -62,6 +63,9 @@ class LlamaCppLLM(BatchLLM):
                                n_threads=n_threads, n_threads_batch=n_threads, logits_all=False, verbose=False)
         except (ValueError, RuntimeError) as exc:  # llama.cpp reports a bad file as "Failed to load model"
             raise ConfigError(gguf_file, f"llama.cpp cannot load this GGUF: {exc}") from None
+        # Free the model before interpreter teardown: llama-cpp-python's finalizer otherwise runs
+        # after its ctypes bindings are gone and prints a TypeError at exit.
+        atexit.register(self.llama.close)
         self.n_ctx = n_ctx
         self.cache = PrefixCache(prefix_cache_mib << 20)
         self.stop_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
