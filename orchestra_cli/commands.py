@@ -1,3 +1,14 @@
 """Imports every command module so each registers its commands on the app."""
 
-from orchestra_cli import ask, audit, descpref, doctor, evalpromote, run, stage, toolscale, train  # noqa: F401
+from orchestra_cli import (  # noqa: F401
+    ask,
+    audit,
+    descpref,
+    doctor,
+    evalpromote,
+    run,
+    serve_model,
+    stage,
+    toolscale,
+    train,
+)

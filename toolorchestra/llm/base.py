@@ -8,6 +8,7 @@ latency. Prices are not here: callers price `usage` from the tool catalog.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -85,6 +86,13 @@ class LLM(ABC):
         seed: int | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` when the backend fails after retries."""
+
+    def count_prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        """How many prompt tokens `chat(messages, tools=tools)` would send. Backends with a tokenizer
+        count exactly; this default over-estimates (one token per 3 characters of the JSON), so a
+        cost budget checked against it errs on the safe side."""
+        text = json.dumps(messages, ensure_ascii=False) + (json.dumps(tools, ensure_ascii=False) if tools else "")
+        return -(-len(text) // 3)
 
     def chat_batch(
         self,

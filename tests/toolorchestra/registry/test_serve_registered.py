@@ -1,0 +1,51 @@
+"""`orchestra serve-model` on a registered version: the tiny random-weight model of SmolLM2's
+architecture, logged and registered in a throw-away MLflow store, served over loopback."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from toolorchestra.registry import store
+from toolorchestra.registry.bundle import weights_sha256
+
+
+@pytest.fixture(scope="module")
+def champion(module_mlflow_settings, checkpoint):
+    import mlflow
+
+    settings = module_mlflow_settings
+    client = store.client_for(settings)
+    experiment = mlflow.create_experiment("serve", artifact_location=settings.artifact_root)
+    with mlflow.start_run(experiment_id=experiment):
+        version = store.log_orchestrator(checkpoint, name="orchestrator", settings=settings,
+                                         tags={"orchestra.weights_sha256": weights_sha256(checkpoint)})
+    store.set_alias(client, "orchestrator", store.CHAMPION, version.version)
+    client.set_model_version_tag("orchestrator", version.version, "orchestra.calibration.cost_weight", "0.5")
+    return settings, version
+
+
+def test_the_registered_champion_answers_through_the_openai_client(champion):
+    from toolorchestra.serving.config import ServeConfig
+    from toolorchestra.serving.server import BackgroundServer, build_app
+
+    settings, version = champion
+    app, served = build_app(ServeConfig(token="t0ken", max_turns_limit=2), settings)
+    assert served.id == f"orchestrator/{version.version}" and served.tool_names == ["code_interpreter"]
+    assert "code_interpreter" in served.system_prompt  # the training prompt carries the price sheet
+    with BackgroundServer(app) as url:
+        api = openai.OpenAI(base_url=f"{url}/v1", api_key="t0ken", max_retries=0, timeout=120)
+        reply = api.chat.completions.create(model="orchestrator@champion", messages=[
+            {"role": "user", "content": "What is 17 * 23?"}], max_tokens=8)
+        by_version = api.chat.completions.create(model=str(version.version), messages=[
+            {"role": "user", "content": "hi"}], max_tokens=4, extra_body={"orchestra": {"max_turns": 1}})
+        with pytest.raises(openai.NotFoundError):
+            api.chat.completions.create(model="orchestrator@nobody", messages=[{"role": "user", "content": "hi"}])
+    extra = reply.model_extra["orchestra"]
+    assert reply.model == served.id and extra["model_version"] == f"models:/orchestrator/{version.version}"
+    # the random-weight policy writes something; what matters is the real path: tokens priced at the catalog's rate
+    policy_tokens = extra["tokens"][served.registered.llm.model]
+    assert reply.usage.prompt_tokens >= policy_tokens["prompt_tokens"] > 0
+    assert extra["cost_usd"] >= (policy_tokens["prompt_tokens"] * 0.5) / 1e6
+    assert extra["preference_source"] == "calibrated" and "keeping the bill low" in extra["preference"]
+    assert len(extra["trajectory"]["turns"]) <= 2 and by_version.model == served.id
