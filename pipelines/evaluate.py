@@ -99,6 +99,7 @@ class Params(StageParams):
     judge: JudgeConfig = JudgeConfig()
     tools: list[str] | None = Field(None, description="catalog tools every method is offered (None: all)")
     device: str = "auto"
+    traces: bool = Field(True, description="log every episode as an MLflow trace of the stage's run")
 
     @model_validator(mode="after")
     def _check(self) -> Params:
@@ -318,8 +319,11 @@ def run(params: Params, paths: StagePaths, *, settings: Settings | None = None,
     judge = _judge(params, catalog, settings, llm_for)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         seed=params.seed, adherence_margin=params.adherence_margin)
+    from toolorchestra.evaluation.traces import EpisodeTracer
+
+    tracer = EpisodeTracer.for_active_run() if params.traces else None
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
-                      llm_for=llm_for, progress=log.info)
+                      llm_for=llm_for, progress=log.info, on_episode=tracer)
     folder = paths.outs["report"]
     files = write_report(result, folder, title=f"Evaluation of {candidate['ref']}", notes=notes,
                          candidate=CANDIDATE, champion=champion or None, model=candidate["ref"],
