@@ -14,19 +14,26 @@ from toolorchestra.serving.metrics import ServeMetrics
 from toolorchestra.serving.models import ModelPool, ServedModel
 
 
-def trace_sampler(config: ServeConfig, settings: Settings, *, rng: random.Random | None = None):  # noqa: ANN201
-    """Logs a finished request as an MLflow trace: when it asks (`orchestra.trace`), or at the
-    configured rate."""
-    from toolorchestra.tracing.trajectory import log_trajectory_trace
+def trace_sampler(config: ServeConfig, settings: Settings, *, rng: random.Random | None = None,
+                  experiment: str = "orchestra-serve"):  # noqa: ANN201
+    """Logs a finished request as an MLflow trace (experiment `orchestra-serve`) when it asks for
+    one (`orchestra.trace: true`), or at the configured rate unless it asks not to."""
+    from toolorchestra.registry.store import client_for
+    from toolorchestra.tracing.trajectory import experiment_id_for, log_trajectory_trace
 
     rng = rng or random.Random()
+    experiment_id: list[str] = []  # resolved at the first sampled request
 
     def on_trajectory(trajectory: Trajectory, meta: dict[str, Any]) -> None:
         wanted = meta.get("trace")
         if wanted is False or (wanted is None and rng.random() >= config.trace_sample_rate):
             return
-        log_trajectory_trace(trajectory, settings=settings, name="serve",
-                             tags={"orchestra.model_version": str(meta.get("model_version"))})
+        if not experiment_id:
+            client_for(settings)
+            experiment_id.append(experiment_id_for(experiment))
+        log_trajectory_trace(trajectory, name="serve", experiment_id=experiment_id[0],
+                             tags={"orchestra.model_version": str(meta.get("model_version")),
+                                   "orchestra.preference_source": str(meta.get("preference_source"))})
 
     return on_trajectory
 

@@ -167,3 +167,29 @@ def test_no_token_refuses_a_non_loopback_host(monkeypatch, capsys):
     assert "ORCHESTRA_SERVE_TOKEN is not set" in capsys.readouterr().err
     check_exposure(ServeConfig(host="::1"))
     check_exposure(ServeConfig(host="0.0.0.0", token="x"))
+
+
+def test_served_requests_become_traces_when_sampled_or_asked(serve, settings, monkeypatch):
+    import random
+
+    from mlflow import MlflowClient
+
+    from toolorchestra.serving.config import ServeConfig
+    from toolorchestra.serving.server import trace_sampler
+
+    monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
+    sampler = trace_sampler(ServeConfig(trace_sample_rate=0.5), settings, rng=random.Random(0))
+    with serve(on_trajectory=sampler) as (url, _):
+        api = client(url)
+        asked = api.chat.completions.create(model="orchestrator", messages=QUESTION,
+                                            extra_body={"orchestra": {"trace": True}})
+        for _ in range(6):
+            api.chat.completions.create(model="orchestrator", messages=QUESTION)
+        api.chat.completions.create(model="orchestrator", messages=QUESTION, extra_body={"orchestra": {"trace": False}})
+    tracking = MlflowClient(settings.tracking_uri)
+    experiment = tracking.get_experiment_by_name("orchestra-serve").experiment_id
+    traces = tracking.search_traces(locations=[experiment], max_results=50)
+    rolls = random.Random(0)
+    expected = 1 + sum(rolls.random() < 0.5 for _ in range(6))  # the asked one, then the sampled ones
+    assert len(traces) == expected and asked.choices[0].message.content == "391"
+    assert {t.info.tags["orchestra.model_version"] for t in traces} == {"models:/orchestrator/1"}
