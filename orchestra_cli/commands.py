@@ -3,6 +3,7 @@
 from orchestra_cli import (  # noqa: F401
     ask,
     audit,
+    calibrate,
     descpref,
     doctor,
     evalpromote,

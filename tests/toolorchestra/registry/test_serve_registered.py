@@ -49,3 +49,38 @@ def test_the_registered_champion_answers_through_the_openai_client(champion):
     assert extra["cost_usd"] >= (policy_tokens["prompt_tokens"] * 0.5) / 1e6
     assert extra["preference_source"] == "calibrated" and "keeping the bill low" in extra["preference"]
     assert len(extra["trajectory"]["turns"]) <= 2 and by_version.model == served.id
+
+
+def test_calibrate_records_the_choice_and_the_server_uses_it(champion, tmp_path, monkeypatch, capsys):
+    import json
+
+    from mlflow import MlflowClient
+
+    from orchestra_cli.main import main
+    from toolorchestra.serving.config import ServeConfig
+    from toolorchestra.serving.server import build_app
+
+    settings, version = champion
+    monkeypatch.setenv("ORCHESTRA_WORKSPACE", str(settings.workspace))
+    monkeypatch.setenv("ORCHESTRA_STATE_DIR", str(settings.state))
+    monkeypatch.setenv("ORCHESTRA_MLFLOW__TRACKING_URI", settings.tracking_uri)
+    monkeypatch.setenv("ORCHESTRA_MLFLOW__ARTIFACT_ROOT", settings.artifact_root)
+    tasks = tmp_path / "calibration.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)})
+                               for i in range(3)))
+    code = main(["calibrate", "--budget", "1", "--tasks", str(tasks), "--max-tasks", "2", "--weights", "0,2",
+                 "--max-turns", "1", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and out["tasks"] == 2 and [p["cost_weight"] for p in out["curve"]] == [0, 2]
+    assert all(p["meets_budget"] and p["mean_cost_usd"] > 0 for p in out["curve"])
+    chosen = out["chosen"]["cost_weight"]
+    client = MlflowClient(settings.tracking_uri)
+    tags = client.get_model_version("orchestrator", version.version).tags
+    assert float(tags["orchestra.calibration.cost_weight"]) == chosen and tags["orchestra.calibration.run_id"] == out["run_id"]
+    run = client.get_run(out["run_id"])
+    assert run.data.params["budget_usd"] == "1.0" and "accuracy_lost" in run.data.metrics
+    _, served = build_app(ServeConfig(), settings)
+    assert served.default_vector == ({"cost": chosen} if chosen > 0 else {})
+    assert main(["calibrate", "--budget", "0", "--tasks", str(tasks), "--max-tasks", "1", "--weights", "0",
+                 "--max-turns", "1"]) == 1
+    assert "no setting meets $0 per task" in capsys.readouterr().err
