@@ -57,7 +57,10 @@ def test_compose_services_dependencies_and_health_checks(compose):  # noqa: ANN0
     # servers the pipeline talks to are health-checked, and on PostgreSQL / S3
     for name in ("postgres", "minio", "mlflow", "prefect-server", "ray-head"):
         assert "healthcheck" in services[name], name
-    mlflow = " ".join(services["mlflow"]["command"])
+    # the tracking server runs mlflow/server.sh, copied into the image at /opt/toolorchestra/mlflow
+    script = services["mlflow"]["command"][-1]
+    assert script == "/opt/toolorchestra/mlflow/server.sh" and "COPY mlflow/ mlflow/" in (REPO / "Dockerfile").read_text()
+    mlflow = (REPO / "mlflow" / "server.sh").read_text()
     assert "postgresql+psycopg2://" in mlflow and "--artifacts-destination" in mlflow and "s3://" in mlflow
     assert services["prefect-server"]["environment"]["PREFECT_SERVER_DATABASE_DRIVER"] == "postgresql+asyncpg"
     assert services["prefect-worker"]["command"][:3] == ["prefect", "worker", "start"]
