@@ -84,3 +84,45 @@ def test_calibrate_records_the_choice_and_the_server_uses_it(champion, tmp_path,
     assert main(["calibrate", "--budget", "0", "--tasks", str(tasks), "--max-tasks", "1", "--weights", "0",
                  "--max-turns", "1"]) == 1
     assert "no setting meets $0 per task" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a fresh `orchestra` process imports torch, transformers and MLflow: ~20 s on two cores
+def test_orchestra_serve_model_command_starts_and_answers(champion, tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    settings, version = champion
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "ORCHESTRA_WORKSPACE": str(settings.workspace), "ORCHESTRA_STATE_DIR": str(settings.state),
+           "ORCHESTRA_MLFLOW__TRACKING_URI": settings.tracking_uri}
+    env.pop("ORCHESTRA_SERVE_TOKEN", None)
+    command = [str(Path(sys.executable).parent / "orchestra"), "serve-model", "--port", str(port)]
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and server.poll() is None:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.5)
+            api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+            reply = api.chat.completions.create(model="orchestrator", max_tokens=8,
+                                                messages=[{"role": "user", "content": "What is 2 + 2?"}])
+        finally:
+            server.terminate()
+            server.wait(30)
+    text = log.read_text()
+    assert "no auth (ORCHESTRA_SERVE_TOKEN not set): loopback only" in text, text[-2000:]
+    assert f"serving models:/orchestrator/{version.version}" in text
+    assert reply.model == f"orchestrator/{version.version}" and reply.model_extra["orchestra"]["cost_usd"] > 0
