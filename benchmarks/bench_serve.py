@@ -102,7 +102,8 @@ def measure(llm, settings, *, requests: int, max_batch: int, max_tokens: int) ->
     from toolorchestra.serving.server import BackgroundServer
 
     served = served_model(llm, settings)
-    config = ServeConfig(token=TOKEN, max_batch=max_batch, batch_window_ms=10, max_queue=max(requests, 1))
+    config = ServeConfig(token=TOKEN, max_batch=max_batch, batch_window_ms=10, max_queue=max(requests, 1),
+                         request_timeout_s=3600)  # a load test measures latency, it does not time out
     metrics = ServeMetrics()
     pool = ModelPool(config, settings, loader=lambda ref: served, on_batch=metrics.on_batch)
     pool.get("")

@@ -8,7 +8,8 @@ become an error observation; only the policy's own endpoint failing ends an epis
 `policy_error`.
 
 Limits per episode: `max_turns`, and `budget_usd`, a cost limit the loop enforces *before* each
-call: when the next policy turn (its prompt counted by the backend, plus `max_tokens` of output)
+call: when the next policy turn (its prompt counted by the backend - exactly for a local model,
+estimated for a remote one - plus `max_tokens` of output)
 or the next tool call (`Toolbox.cost_bound`) would take the episode's cost past the budget, the
 call is not made and the episode ends with `stop_reason="budget"`, the best answer so far (the
 last successful observation) and `error` saying why. Observers (`Episode.on_turn`, `on_done`)
