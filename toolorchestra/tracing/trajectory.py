@@ -84,8 +84,9 @@ def _log(trajectory: Trajectory, *, name: str, run_id: str | None, experiment_id
     secrets = secret_values()
     times = _timeline(trajectory, ended)
     begin = min([t for pair in times for t in pair] or [ended - trajectory.latency_s])
-    finish = max([ended] + [p + max(t.latency_s - t.tool_latency_s, 0.0) for (p, _), t in zip(times, trajectory.turns)]
-                 + [s + t.tool_latency_s for (_, s), t in zip(times, trajectory.turns)])
+    ends = [max(p + t.latency_s - t.tool_latency_s, s + t.tool_latency_s)
+            for (p, s), t in zip(times, trajectory.turns, strict=True)]
+    finish = max([ended, *ends])
     root = mlflow.start_span_no_context(
         name, span_type=SpanType.AGENT, experiment_id=experiment_id, start_time_ns=_ns(begin),
         inputs=_cut({"task": trajectory.task, "preference": trajectory.preference,
