@@ -16,7 +16,6 @@ sends steps as they happen and a plain one returns when its episode ends, not wh
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -32,113 +31,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.concurrency import run_in_threadpool
 
-from toolorchestra.agent.trajectory import Trajectory, Turn
+from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.llm.base import Usage
 from toolorchestra.serving.batcher import Closed, Job, QueueFull
+from toolorchestra.serving.bodies import FINISH, orchestra_summary, sse, step_of, step_text, usage_body
 from toolorchestra.serving.config import ServeConfig
+from toolorchestra.serving.errors import ApiError, BodyLimit, error_response
 from toolorchestra.serving.metrics import ServeMetrics
 from toolorchestra.serving.models import ModelPool, ServedModel, UnknownModel
 from toolorchestra.serving.preference import combine, vector_instruction
 from toolorchestra.serving.schemas import ChatRequest
 
 log = logging.getLogger(__name__)
-MAX_STEP_CHARS = 2000  # an observation in a streamed step (the full one is in the trajectory)
-FINISH = {"answer_tool": "stop", "final_message": "stop", "max_turns": "length", "budget": "length"}
-
 OnTrajectory = Callable[[Trajectory, dict[str, Any]], None]
 """Called (in a worker thread) with each finished episode and its request's metadata (traces)."""
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.kind = status, message, code, kind
-
-
-def _error(status: int, message: str, code: str, kind: str = "invalid_request_error",
-           headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status,
-                        headers=headers)
-
-
-class BodyLimit:
-    """413 for a request body over `limit` bytes, declared or streamed (pure ASGI middleware)."""
-
-    class _TooLarge(Exception):
-        pass
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        too_large = _error(413, f"request body over {self.limit} bytes", "body_too_large")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await too_large(scope, receive, send)
-            return
-        received = 0
-
-        async def limited() -> Any:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise BodyLimit._TooLarge
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except BodyLimit._TooLarge:
-            await too_large(scope, receive, send)
-
-
-def usage_totals(trajectory: Trajectory) -> Usage:
-    total = Usage()
-    for used in trajectory.tokens.values():
-        total = total + used
-    return total
-
-
-def orchestra_summary(trajectory: Trajectory, served: ServedModel, preference_source: str | None) -> dict[str, Any]:
-    summary = trajectory.summary()
-    return {"cost_usd": trajectory.cost_usd, "latency_s": trajectory.latency_s,
-            "stop_reason": trajectory.stop_reason, "reason": trajectory.error, "budget_usd": trajectory.budget_usd,
-            "tokens": summary["tokens"], "tool_calls": summary["tool_calls"], "model_version": served.registered.ref,
-            "preference": trajectory.preference, "preference_source": preference_source, "trajectory": summary}
-
-
-def _usage_body(trajectory: Trajectory) -> dict[str, int]:
-    total = usage_totals(trajectory)
-    return {"prompt_tokens": total.prompt_tokens, "completion_tokens": total.completion_tokens,
-            "total_tokens": total.total_tokens}
-
-
-def _sse(body: dict[str, Any]) -> str:
-    return format_sse_event(data_str=json.dumps(body, ensure_ascii=False)).decode()
-
-
-def step_of(turn: Turn) -> dict[str, Any] | None:
-    """A streamed step: a tool call and its observation (None for the plain final message)."""
-    if turn.tool is None and turn.error is None:
-        return None
-    observation = turn.observation or ""
-    if len(observation) > MAX_STEP_CHARS:
-        observation = observation[:MAX_STEP_CHARS] + " ..."
-    return {"index": turn.index, "tool": turn.tool, "arguments": turn.arguments, "observation": observation,
-            "ok": turn.ok, "error": turn.error, "cost_usd": turn.cost_usd, "latency_s": turn.latency_s}
-
-
-def step_text(step: dict[str, Any]) -> str:
-    if step["tool"] is None:
-        return f"[{step['error']}] {step['observation']}\n"
-    arguments = json.dumps(step["arguments"], ensure_ascii=False)
-    observed = step["observation"] if step["error"] != "budget" else "(not called: over budget)"
-    return f"[call {step['tool']}] {arguments}\n[observation] {observed}\n"
 
 
 def create_app(config: ServeConfig, pool: ModelPool, *, on_trajectory: OnTrajectory | None = None,
@@ -167,18 +73,18 @@ def create_app(config: ServeConfig, pool: ModelPool, *, on_trajectory: OnTraject
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         metrics.requests.labels(status=str(exc.status)).inc()
-        return _error(exc.status, exc.message, exc.code, exc.kind, headers)
+        return error_response(exc.status, exc.message, exc.code, exc.kind, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
                              for e in exc.errors()[:5])
         metrics.requests.labels(status="400").inc()
-        return _error(400, problems, "invalid_request")
+        return error_response(400, problems, "invalid_request")
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), "http_error")
+        return error_response(exc.status_code, str(exc.detail), "http_error")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -297,12 +203,12 @@ def create_app(config: ServeConfig, pool: ModelPool, *, on_trajectory: OnTraject
             return {"id": completion_id, "object": "chat.completion", "created": created, "model": served.id,
                     "choices": [{"index": 0, "finish_reason": FINISH.get(trajectory.stop_reason or "", "stop"),
                                  "message": {"role": "assistant", "content": trajectory.answer or ""}}],
-                    "usage": _usage_body(trajectory), "orchestra": orchestra_summary(trajectory, served, source)}
+                    "usage": usage_body(trajectory), "orchestra": orchestra_summary(trajectory, served, source)}
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
             body = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": served.id,
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-            return _sse(body)
+            return sse(body)
 
         async def stream() -> AsyncIterator[str]:
             closed = False
@@ -312,7 +218,7 @@ def create_app(config: ServeConfig, pool: ModelPool, *, on_trajectory: OnTraject
                     try:
                         kind, payload = await next_event()
                     except ApiError as exc:
-                        yield _sse({"error": {"message": exc.message, "type": exc.kind, "code": exc.code}})
+                        yield sse({"error": {"message": exc.message, "type": exc.kind, "code": exc.code}})
                         return
                     if kind == "turn":
                         step = step_of(payload)
@@ -323,13 +229,13 @@ def create_app(config: ServeConfig, pool: ModelPool, *, on_trajectory: OnTraject
                 try:
                     trajectory = outcome(kind, payload)
                 except ApiError as exc:
-                    yield _sse({"error": {"message": exc.message, "type": exc.kind, "code": exc.code}})
+                    yield sse({"error": {"message": exc.message, "type": exc.kind, "code": exc.code}})
                     return
                 closed = True
                 finished(trajectory)
                 metrics.requests.labels(status="200").inc()
                 yield chunk({"content": trajectory.answer or ""})
-                yield chunk({}, FINISH.get(trajectory.stop_reason or "", "stop"), usage=_usage_body(trajectory),
+                yield chunk({}, FINISH.get(trajectory.stop_reason or "", "stop"), usage=usage_body(trajectory),
                             orchestra=orchestra_summary(trajectory, served, source))
                 yield format_sse_event(data_str="[DONE]").decode()
             finally:
