@@ -16,7 +16,7 @@ class ApiError(Exception):
 
 
 def error_response(status: int, message: str, code: str, kind: str = "invalid_request_error",
-           headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status,
                         headers=headers)
 
