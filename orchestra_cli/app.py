@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import typer
+from rich.console import Console
+
+err_console = Console(stderr=True)
+"""Where commands print one-line errors."""
 
 app = typer.Typer(
     name="orchestra",

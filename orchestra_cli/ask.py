@@ -33,6 +33,20 @@ def resolve_policy(catalog, policy: str | None, settings):
     )
 
 
+def _trace(trajectory, settings, policy: str | None) -> str | None:
+    """The trajectory as an MLflow trace in the experiment `orchestra-ask` (None if it could not be logged)."""
+    from toolorchestra.registry.store import client_for
+    from toolorchestra.tracing.trajectory import experiment_id_for, log_trajectory_trace
+
+    try:
+        client_for(settings)
+        experiment = experiment_id_for("orchestra-ask")
+    except Exception:
+        return None
+    return log_trajectory_trace(trajectory, name="ask", experiment_id=experiment,
+                                tags={"orchestra.policy": str(policy or trajectory.policy)})
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="the task or question")],
@@ -43,6 +57,8 @@ def ask(
     max_tokens: Annotated[int, typer.Option(min=1, help="tokens per orchestrator turn")] = 192,
     temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
     tools: Annotated[str | None, typer.Option(help="comma-separated subset of the catalog's tools")] = None,
+    budget: Annotated[float | None, typer.Option(min=0.0, help="cost limit in USD: the loop stops before a call that could exceed it")] = None,
+    trace: Annotated[bool, typer.Option(help="log the trajectory as an MLflow trace (experiment orchestra-ask)")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run the orchestrator on QUESTION and print its trajectory."""
@@ -63,10 +79,11 @@ def ask(
     only = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
     toolbox = build_toolbox(cat, settings, only=only)
     orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns,
-                                max_tokens=max_tokens, temperature=temperature)
+                                max_tokens=max_tokens, temperature=temperature, budget_usd=budget)
     trajectory = orchestrator.run(question, preference)
+    trace_id = _trace(trajectory, settings, policy) if trace else None
     if as_json:
-        typer.echo(json.dumps(trajectory.summary(), ensure_ascii=False))
+        typer.echo(json.dumps({**trajectory.summary(), "trace_id": trace_id}, ensure_ascii=False))
     else:
         from orchestra_cli.render import print_trajectory
 

@@ -8,15 +8,25 @@ from `OrchestraError` are printed as one line (no traceback) with exit code 2.
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
-from orchestra_cli import ask, audit, descpref, doctor, evalpromote, run, stage, toolscale, train
-from orchestra_cli.app import app
+from orchestra_cli import (
+    ask,
+    audit,
+    calibrate,
+    descpref,
+    doctor,
+    evalpromote,
+    run,
+    serve_model,
+    stage,
+    toolscale,
+    train,
+)
+from orchestra_cli.app import app, err_console
 from toolorchestra.core.errors import OrchestraError
 
-COMMAND_MODULES = (ask, audit, descpref, doctor, evalpromote, run, stage, toolscale, train)
+COMMAND_MODULES = (ask, audit, calibrate, descpref, doctor, evalpromote, run, serve_model, stage, toolscale, train)
 """Each registered its commands on `app` when imported."""
-err_console = Console(stderr=True)
 
 
 def main(argv: list[str] | None = None) -> int:

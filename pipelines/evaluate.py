@@ -76,8 +76,7 @@ class Params(StageParams):
     device: str = "auto"
     engine: LocalEngine | None = Field(None, description="engine of every local model (policies, experts, "
                                        "judge): transformers or llamacpp; None: as the catalog says")
-    engine: LocalEngine | None = Field(None, description="engine of every local model (policies, experts, "
-                                       "judge): transformers or llamacpp; None: as the catalog says")
+    traces: bool = Field(True, description="log every episode as an MLflow trace of the stage's run")
 
     @model_validator(mode="after")
     def _check(self) -> Params:
@@ -131,6 +130,7 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     from toolorchestra.evaluation.methods import build_methods
     from toolorchestra.evaluation.report import headline_metrics, write_report
     from toolorchestra.evaluation.runner import EvalConfig, evaluate
+    from toolorchestra.evaluation.traces import EpisodeTracer
     from toolorchestra.llm.config import as_engine, build_llm, on_engine
     from toolorchestra.registry.policy import champion_to_compare, load_candidate
 
@@ -168,8 +168,9 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         seed=params.seed, adherence_margin=params.adherence_margin)
+    tracer = EpisodeTracer.for_active_run() if params.traces else None
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
-                      llm_for=llm_for, progress=log.info)
+                      llm_for=llm_for, progress=log.info, on_episode=tracer)
     folder = paths.outs["report"]
     files = write_report(result, folder, title=f"Evaluation of {candidate.ref}", notes=notes,
                          candidate=CANDIDATE, champion=champion_info or None, model=candidate.ref,

@@ -110,7 +110,7 @@ class Service:
         except OSError:
             return ""
 
-    def wait_until(self, ready, timeout_s: float) -> None:  # noqa: ANN001
+    def wait_until(self, ready, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
@@ -141,7 +141,7 @@ class Service:
             self.proc.wait(5)
 
 
-def http_ok(url: str, **kwargs) -> bool:  # noqa: ANN003
+def http_ok(url: str, **kwargs) -> bool:
     import httpx
 
     return httpx.get(url, timeout=2.0, **kwargs).is_success
@@ -157,7 +157,7 @@ class Postgres:
     user: str
     created: list[str] = field(default_factory=list)
 
-    def connect(self, dbname: str = "postgres"):  # noqa: ANN201
+    def connect(self, dbname: str = "postgres"):
         import psycopg2
 
         conn = psycopg2.connect(host=self.host, port=self.port, user=self.user, dbname=dbname, connect_timeout=5)
@@ -205,7 +205,7 @@ def postgres() -> Iterator[Postgres]:
     pg.drop_all()
 
 
-# ------------------------------------------------------------------------------ S3 (moto)
+# ------------------------------------------------------------------------------ the S3 server, moto
 
 
 @dataclass
@@ -215,7 +215,7 @@ class S3:
     mlflow_bucket: str = "orchestra-mlflow"
     dvc_bucket: str = "orchestra-dvc"
 
-    def client(self):  # noqa: ANN201
+    def client(self):
         import boto3
 
         return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
@@ -322,7 +322,7 @@ class RayHead:
 
 
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory) -> Iterator[RayHead]:  # noqa: ANN001
+def ray_head(tmp_path_factory) -> Iterator[RayHead]:
     temp = Path(f"/tmp/ot-ray-{uuid.uuid4().hex[:6]}")  # Ray's socket paths must stay short
     port = free_port()
     ports = {flag: str(free_port()) for flag in (

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cluster_services import BIN, PLANTED, base_env, free_port, make_cluster_workspace
 
 pytestmark = pytest.mark.slow
@@ -34,7 +33,7 @@ def doctor(workspace: Path, catalog: Path, env: dict[str, str], *extra: str) -> 
 
 
 @pytest.fixture(scope="module")
-def cluster_workspace(tmp_path_factory, s3) -> Path:  # noqa: ANN001
+def cluster_workspace(tmp_path_factory, s3) -> Path:
     workspace = make_cluster_workspace(tmp_path_factory.mktemp("doctor") / "ws")
     env = base_env(**s3.env)
     for args in (["remote", "add", "-d", "-f", "storage", f"s3://{s3.dvc_bucket}/dvc"],
@@ -45,7 +44,7 @@ def cluster_workspace(tmp_path_factory, s3) -> Path:  # noqa: ANN001
     return workspace
 
 
-def test_every_service_reachable(cluster_workspace, mlflow_server, prefect_server, s3, ray_head, llama_server):  # noqa: ANN001
+def test_every_service_reachable(cluster_workspace, mlflow_server, prefect_server, s3, ray_head, llama_server):
     catalog = catalog_file(cluster_workspace.parent, llama_server.base_url)
     env = base_env(**s3.env, ORCHESTRA_PROFILE="cluster", ORCHESTRA_MLFLOW__TRACKING_URI=mlflow_server.client_uri,
                    ORCHESTRA_PREFECT_API_URL=prefect_server.api_url, ORCHESTRA_S3_ENDPOINT_URL=s3.endpoint,
@@ -65,7 +64,7 @@ def test_every_service_reachable(cluster_workspace, mlflow_server, prefect_serve
     assert "orchestra:***@127.0.0.1" in text.stdout  # the tracking URI, shown redacted
 
 
-def test_unreachable_services_each_get_a_fix(cluster_workspace, s3, llama_server, tmp_path):  # noqa: ANN001
+def test_unreachable_services_each_get_a_fix(cluster_workspace, s3, llama_server, tmp_path):
     closed = {name: free_port() for name in ("mlflow", "prefect", "s3", "ray")}
     catalog = catalog_file(tmp_path, llama_server.base_url)
     env = base_env(ORCHESTRA_PROFILE="cluster", ORCHESTRA_MLFLOW__TRACKING_URI=f"http://127.0.0.1:{closed['mlflow']}",

@@ -55,7 +55,7 @@ def orchestra(*args: str, cwd: Path, timeout: float = 180, **env: str) -> subpro
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_orchestra_ask_through_the_endpoint(llama_server, tmp_path):  # noqa: ANN001
+def test_orchestra_ask_through_the_endpoint(llama_server, tmp_path):
     catalog = write_yaml(tmp_path / "catalog.yaml", endpoint_catalog(llama_server.base_url))
     proc = orchestra("ask", "What is 2 + 3?", "--catalog", str(catalog), "--json", "--max-turns", "2",
                      "--max-tokens", "48", cwd=tmp_path)
@@ -75,7 +75,7 @@ def test_orchestra_ask_through_the_endpoint(llama_server, tmp_path):  # noqa: AN
     assert out["stop_reason"] == "policy_error" and "AuthenticationError" in out["error"]
 
 
-def test_orchestra_evaluate_with_an_endpoint_expert(llama_server, tiny_llm, smollm2_dir, tmp_path):  # noqa: ANN001
+def test_orchestra_evaluate_with_an_endpoint_expert(llama_server, tiny_llm, smollm2_dir, tmp_path):
     catalog = endpoint_catalog(llama_server.base_url)
     checkpoint = make_checkpoint(tiny_llm, tmp_path / "ckpt", base_model=smollm2_dir, catalog_data=catalog)
     qa = tmp_path / "qa.jsonl"
@@ -109,7 +109,7 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def test_server_killed_mid_generation_gives_retries_then_a_policy_error(tmp_path):  # noqa: ANN001
+def test_server_killed_mid_generation_gives_retries_then_a_policy_error(tmp_path):
     server = start_llama_server(tmp_path, api_key=PLANTED["api_key"])
     catalog = write_yaml(tmp_path / "catalog.yaml", endpoint_catalog(server.base_url, timeout_s=20, max_attempts=3))
     try:
@@ -135,14 +135,14 @@ def test_server_killed_mid_generation_gives_retries_then_a_policy_error(tmp_path
     assert PLANTED["api_key"] not in stdout + stderr
 
 
-def test_hung_then_dead_expert_endpoint_gives_error_observations(tmp_path):  # noqa: ANN001
+def test_hung_then_dead_expert_endpoint_gives_error_observations(tmp_path):
+    import httpx
+
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.core.settings import Settings
     from toolorchestra.evaluation.methods import RandomRouterPolicy
     from toolorchestra.tools.catalog import parse_catalog
     from toolorchestra.tools.toolbox import build_toolbox
-
-    import httpx
 
     server = start_llama_server(tmp_path)
     # warm up (the first request pages the model in), so the healthy run fits the short timeout

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cluster_services import BIN, PLANTED, Service, base_env, git, make_cluster_workspace
 
 pytestmark = pytest.mark.slow
@@ -42,7 +41,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) ->
     return proc.stdout
 
 
-def cluster_env(workspace: Path, mlflow_server, prefect_server, s3) -> dict[str, str]:  # noqa: ANN001
+def cluster_env(workspace: Path, mlflow_server, prefect_server, s3) -> dict[str, str]:
     """What a platform team puts in infra/cluster.env + infra/secrets.env for a worker."""
     return base_env(
         **s3.env,
@@ -61,7 +60,7 @@ def cluster_env(workspace: Path, mlflow_server, prefect_server, s3) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def retrain_run(tmp_path_factory, mlflow_server, prefect_server, s3) -> RetrainRun:  # noqa: ANN001
+def retrain_run(tmp_path_factory, mlflow_server, prefect_server, s3) -> RetrainRun:
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -91,7 +90,7 @@ def retrain_run(tmp_path_factory, mlflow_server, prefect_server, s3) -> RetrainR
         worker.stop()
 
 
-def test_deployment_ran_through_the_worker_and_completed(retrain_run, prefect_server):  # noqa: ANN001
+def test_deployment_ran_through_the_worker_and_completed(retrain_run, prefect_server):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -109,7 +108,7 @@ def test_deployment_ran_through_the_worker_and_completed(retrain_run, prefect_se
     assert (retrain_run.workspace / "data" / "validated").is_dir()
 
 
-def test_mlflow_runs_in_postgres_with_artifacts_in_the_bucket(retrain_run, mlflow_server, postgres, s3):  # noqa: ANN001
+def test_mlflow_runs_in_postgres_with_artifacts_in_the_bucket(retrain_run, mlflow_server, postgres, s3):
     rows = postgres.query(mlflow_server.database, """
         SELECT r.run_uuid, r.status, r.artifact_uri, t.key, t.value FROM runs r
         JOIN tags t ON t.run_uuid = r.run_uuid
@@ -135,7 +134,7 @@ def test_mlflow_runs_in_postgres_with_artifacts_in_the_bucket(retrain_run, mlflo
     assert metrics["validate.tasks_kept"] > 0
 
 
-def test_dvc_push_then_pull_into_a_fresh_clone_restores_the_data(retrain_run, s3, tmp_path):  # noqa: ANN001
+def test_dvc_push_then_pull_into_a_fresh_clone_restores_the_data(retrain_run, s3, tmp_path):
     workspace, env = retrain_run.workspace, retrain_run.env
     lock = yaml.safe_load((workspace / "dvc.lock").read_text())["stages"]
     outs = [o["path"] for stage in UNTIL_STAGES for o in lock[stage]["outs"]]
@@ -162,7 +161,7 @@ def _leaks(text: str) -> list[str]:
 
 
 def test_no_planted_secret_in_mlflow_prefect_or_committed_files(retrain_run, mlflow_server, prefect_server,
-                                                               postgres):  # noqa: ANN001
+                                                               postgres):
     # MLflow: every param, run tag and experiment tag, in the server's database
     mlflow_rows = postgres.query(mlflow_server.database, """
         SELECT 'param', key, value FROM params UNION ALL SELECT 'tag', key, value FROM tags

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from cluster_services import BIN, base_env, make_cluster_workspace
 
 pytestmark = pytest.mark.slow
@@ -31,7 +30,7 @@ def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
-def test_synthesize_on_a_ray_cluster_equals_the_serial_run(ray_head, tmp_path):  # noqa: ANN001
+def test_synthesize_on_a_ray_cluster_equals_the_serial_run(ray_head, tmp_path):
     serial_ws = make_cluster_workspace(tmp_path / "serial", DOMAINS)
     ray_ws = make_cluster_workspace(tmp_path / "ray", DOMAINS)
 

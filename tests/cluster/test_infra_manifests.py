@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-
 from cluster_services import BIN, REPO
 
 INFRA = REPO / "infra"
@@ -45,7 +44,7 @@ def test_compose_file_matches_the_compose_specification():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_compose_services_dependencies_and_health_checks(compose):  # noqa: ANN001
+def test_compose_services_dependencies_and_health_checks(compose):
     services = compose["services"]
     assert REQUIRED_SERVICES <= set(services)
     for name, service in services.items():
@@ -57,7 +56,10 @@ def test_compose_services_dependencies_and_health_checks(compose):  # noqa: ANN0
     # servers the pipeline talks to are health-checked, and on PostgreSQL / S3
     for name in ("postgres", "minio", "mlflow", "prefect-server", "ray-head"):
         assert "healthcheck" in services[name], name
-    mlflow = " ".join(services["mlflow"]["command"])
+    # the tracking server runs mlflow/server.sh, copied into the image at /opt/toolorchestra/mlflow
+    script = services["mlflow"]["command"][-1]
+    assert script == "/opt/toolorchestra/mlflow/server.sh" and "COPY mlflow/ mlflow/" in (REPO / "Dockerfile").read_text()
+    mlflow = (REPO / "mlflow" / "server.sh").read_text()
     assert "postgresql+psycopg2://" in mlflow and "--artifacts-destination" in mlflow and "s3://" in mlflow
     assert services["prefect-server"]["environment"]["PREFECT_SERVER_DATABASE_DRIVER"] == "postgresql+asyncpg"
     assert services["prefect-worker"]["command"][:3] == ["prefect", "worker", "start"]
@@ -73,7 +75,7 @@ def test_compose_services_dependencies_and_health_checks(compose):  # noqa: ANN0
     assert services["prefect-server"]["environment"]["PREFECT_SERVER_DATABASE_NAME"] == "prefect"
 
 
-def test_every_catalog_endpoint_is_a_vllm_service_with_hermes_tool_calls(compose):  # noqa: ANN001
+def test_every_catalog_endpoint_is_a_vllm_service_with_hermes_tool_calls(compose):
     services = compose["services"]
     catalog = load(INFRA / "catalogs" / "paper.yaml")
     endpoints = {alias: m["backend"] for alias, m in catalog["models"].items() if m["backend"].get("base_url")}
@@ -92,7 +94,7 @@ def test_every_catalog_endpoint_is_a_vllm_service_with_hermes_tool_calls(compose
         assert "experts" in service["profiles"] and "deploy" in service  # GPUs, opt-in
 
 
-def test_no_secret_is_written_into_the_compose_file(compose):  # noqa: ANN001
+def test_no_secret_is_written_into_the_compose_file(compose):
     for name, service in compose["services"].items():
         environment = service.get("environment") or {}
         assert not [k for k in environment if SECRETISH.search(k)], f"{name}: secrets belong in secrets.env"
@@ -117,7 +119,7 @@ def test_env_examples_hold_no_real_secret_and_the_real_files_are_ignored():
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0, f"{path} is not git-ignored"
 
 
-def test_cluster_env_example_is_a_valid_settings_file(monkeypatch):  # noqa: ANN001
+def test_cluster_env_example_is_a_valid_settings_file(monkeypatch):
     from toolorchestra.core.settings import load_settings
 
     for key in [k for k in __import__("os").environ if k.startswith("ORCHESTRA_")]:
@@ -139,7 +141,7 @@ def _containers(group: dict) -> list[dict]:
     return group["template"]["spec"]["containers"]
 
 
-def test_kuberay_manifests_structure(kuberay):  # noqa: ANN001
+def test_kuberay_manifests_structure(kuberay):
     from toolorchestra.rl.config import VerlSettings
 
     cluster, job = kuberay

@@ -34,9 +34,8 @@ def dvc_status(workspace):
 
 def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     from flows.retrain import retrain
-    from stagekit.lineage import lineage
-
     from stagekit.graph import stage_order
+    from stagekit.lineage import lineage
 
     first = retrain(workspace=str(workspace))
     assert [o.stage for o in first] == stage_order(workspace) and all(o.ran for o in first)

@@ -131,6 +131,12 @@ def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspac
                                                 run_ids=[run.info.run_id])
     assert len(per_task) == 4 * 2 and {"correct", "judge", "cost_usd"} <= set(per_task.columns)  # 4 methods x 2 QA
     assert run.data.metrics["accuracy"] == ad_hoc["summary"]["trained"]["overall"]["accuracy"]
+    mlflow.flush_trace_async_logging()
+    traces = mlflow.MlflowClient().search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
+                                                 max_results=100)
+    assert len(traces) == len(per_task)  # one trace per evaluation episode, linked to the stage's run
+    assert {(t.info.tags["orchestra.method"], t.info.tags["orchestra.task"]) for t in traces} == \
+        {(row["method"], row["task_id"]) for row in per_task.to_dict(orient="records")}
     bad = CliRunner().invoke(app, ["evaluate", "--bench", "nope", "--params", str(workspace / "params.yaml")])
     assert bad.exit_code != 0 and "known: ['toolscale', 'qa', 'preferences']" in str(bad.exception)
 

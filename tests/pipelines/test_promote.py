@@ -110,9 +110,8 @@ def version_of(root: Path, alias: str):
 
 
 def test_first_promotion_without_champion_registers_champion_with_card_and_lineage(workspace):
-    from stagekit.lineage import lineage
-
     from flows.report import card_markdown
+    from stagekit.lineage import lineage
 
     write_report(workspace, trained=(0.4, 0.002))
     assert card_markdown(workspace) is None  # nothing promoted yet: nothing for the flow to publish

@@ -7,6 +7,14 @@ loop: a malformed call, an unknown tool, bad arguments, a failing tool or expert
 become an error observation; only the policy's own endpoint failing ends an episode, recorded as
 `policy_error`.
 
+Limits per episode: `max_turns`, and `budget_usd`, a cost limit the loop enforces *before* each
+call: when the next policy turn (its prompt counted by the backend - exactly for a local model,
+estimated for a remote one - plus `max_tokens` of output)
+or the next tool call (`Toolbox.cost_bound`) would take the episode's cost past the budget, the
+call is not made and the episode ends with `stop_reason="budget"`, the best answer so far (the
+last successful observation) and `error` saying why. Observers (`Episode.on_turn`, `on_done`)
+see each turn as it is recorded and each episode as it ends (streaming servers, traces).
+
 Departure from the paper's released code: the preference text is appended to the task in the user
 turn (as the paper describes), and the episode also ends on a plain final message, not only on
 the `answer` tool, so prompted general models work as orchestrators too.
@@ -14,12 +22,14 @@ the `answer` tool, so prompted general models work as orchestrators too.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolorchestra.agent.trajectory import Trajectory, Turn
-from toolorchestra.llm.base import LLM, Completion, LLMError, Message
+from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage
 from toolorchestra.llm.hermes import MalformedToolCall, ParsedCall, parse_arguments, parse_tool_call
 from toolorchestra.tools.catalog import Price
 from toolorchestra.tools.experts import EpisodeContext
@@ -47,10 +57,41 @@ class Episode:
     toolbox: Toolbox
     specs: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    max_turns: int | None = None
+    """This episode's turn limit (default: the orchestrator's)."""
+    budget_usd: float | None = None
+    """This episode's cost limit in USD (None: unlimited)."""
+    on_turn: Callable[[Turn], None] | None = None
+    on_done: Callable[[Trajectory], None] | None = None
+    _notified: bool = field(default=False, repr=False)
 
     @property
     def messages(self) -> list[Message]:
         return self.trajectory.messages
+
+    def finish(self, reason: str, error: str | None = None) -> None:
+        self.trajectory.stop_reason = reason  # type: ignore[assignment]
+        if error is not None:
+            self.trajectory.error = error
+        self.done = True
+
+    def notify_done(self) -> None:
+        """Tell the `on_done` observer once, after the episode's last turn was reported."""
+        if self.done and not self._notified:
+            self._notified = True
+            if self.on_done is not None:
+                self.on_done(self.trajectory)
+
+    def over_budget(self, next_cost: float) -> bool:
+        return self.budget_usd is not None and self.trajectory.cost_usd + next_cost > self.budget_usd
+
+    def stop_for_budget(self, what: str, next_cost: float) -> None:
+        """End within the budget with the best answer so far: the last successful observation."""
+        left = (self.budget_usd or 0.0) - self.trajectory.cost_usd
+        observed = [t.observation for t in self.trajectory.turns if t.ok and t.observation]
+        self.trajectory.answer = observed[-1].strip() if observed else None
+        self.finish("budget", f"budget: the next {what} could cost ${next_cost:.6f}, "
+                              f"${max(left, 0.0):.6f} of ${self.budget_usd:.6f} left")
 
 
 class Orchestrator:
@@ -66,6 +107,7 @@ class Orchestrator:
         seed: int | None = None,
         system_prompt: str = SYSTEM_PROMPT,
         max_workers: int = 8,
+        budget_usd: float | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -75,12 +117,20 @@ class Orchestrator:
         self.temperature, self.seed = temperature, seed
         self.system_prompt = system_prompt
         self.max_workers = max_workers
+        self.budget_usd = budget_usd
 
     def start(self, task: str, preference: str | None = None, *, toolbox: Toolbox | None = None,
-              messages: list[Message] | None = None) -> Episode:
+              messages: list[Message] | None = None, max_turns: int | None = None,
+              budget_usd: float | None = None) -> Episode:
         """A new episode. `toolbox` gives it its own tools (default: the orchestrator's);
-        `messages` replaces the default system + user prompt (e.g. a training instance's)."""
-        trajectory = Trajectory(task=task, preference=preference, policy=self.policy.model)
+        `messages` replaces the default system + user prompt (e.g. a training instance's);
+        `max_turns` and `budget_usd` override the orchestrator's limits for this episode."""
+        if max_turns is not None and max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if budget_usd is not None and budget_usd < 0:
+            raise ValueError("budget_usd must not be negative")
+        budget = budget_usd if budget_usd is not None else self.budget_usd
+        trajectory = Trajectory(task=task, preference=preference, policy=self.policy.model, budget_usd=budget)
         if messages is not None:
             trajectory.messages.extend(dict(m) for m in messages)
         else:
@@ -90,7 +140,7 @@ class Orchestrator:
             ])
         toolbox = toolbox or self.toolbox
         return Episode(trajectory=trajectory, context=EpisodeContext(task=task), toolbox=toolbox,
-                       specs=toolbox.specs())
+                       specs=toolbox.specs(), max_turns=max_turns or self.max_turns, budget_usd=budget)
 
     def run(self, task: str, preference: str | None = None) -> Trajectory:
         return self.run_batch([(task, preference)])[0]
@@ -100,26 +150,50 @@ class Orchestrator:
         return self.run_episodes([self.start(task, preference) for task, preference in tasks])
 
     def run_episodes(self, episodes: list[Episode]) -> list[Trajectory]:
-        """Advance started episodes in lockstep until each answers or reaches `max_turns`."""
+        """Advance started episodes in lockstep until each answers or reaches a limit."""
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
-            for _ in range(self.max_turns):
-                active = [e for e in episodes if not e.done]
+            while True:
+                for episode in episodes:
+                    if not episode.done and len(episode.trajectory.turns) >= (episode.max_turns or self.max_turns):
+                        episode.finish("max_turns")
+                active = [e for e in episodes if not e.done and self._policy_affordable(e)]
+                for episode in episodes:
+                    episode.notify_done()
                 if not active:
                     break
+                started = time.time()
                 completions = self._generate(active)
                 steps = [self._parse(e, c) for e, c in zip(active, completions, strict=True)]
                 futures = [
-                    pool.submit(e.toolbox.call, call.name, call.arguments, e.context)
+                    pool.submit(self._act, e, call, completion)
                     if isinstance(call, ParsedCall) else None
-                    for e, (_, call) in zip(active, steps, strict=True)
+                    for e, (completion, call) in zip(active, steps, strict=True)
                 ]
                 for episode, (completion, call), future in zip(active, steps, futures, strict=True):
-                    result = future.result() if future is not None else None
-                    self._record(episode, completion, call, result)
-        for episode in episodes:
-            if not episode.done:
-                episode.trajectory.stop_reason = "max_turns"
+                    acted = future.result() if future is not None else None
+                    self._record(episode, completion, call, acted, started)
+                    episode.notify_done()
         return [e.trajectory for e in episodes]
+
+    def _policy_affordable(self, episode: Episode) -> bool:
+        """False (and the episode ends) when the next policy turn could exceed its budget."""
+        if episode.budget_usd is None:
+            return True
+        prompt = self.policy.count_prompt_tokens(episode.messages, episode.specs or None)
+        bound = self.policy_price.tokens_cost(Usage(prompt_tokens=prompt, completion_tokens=self.max_tokens))
+        if episode.over_budget(bound):
+            episode.stop_for_budget("policy turn", bound)
+            return False
+        return True
+
+    def _act(self, episode: Episode, call: ParsedCall, completion: Completion | LLMError) -> tuple[float, CallResult] | None:
+        """Run the call (returns its start time and result), or None when it could exceed the budget."""
+        if episode.budget_usd is not None and isinstance(completion, Completion):
+            bound = self.policy_price.tokens_cost(completion.usage)  # this turn's policy cost is spent
+            bound += episode.toolbox.cost_bound(call.name, call.arguments, episode.context)
+            if episode.over_budget(bound):
+                return None
+        return time.time(), episode.toolbox.call(call.name, call.arguments, episode.context)
 
     # -- phases ------------------------------------------------------------------------------
 
@@ -158,16 +232,23 @@ class Orchestrator:
             return completion, exc
 
     def _record(self, episode: Episode, completion: Completion | LLMError,
-                call: ParsedCall | MalformedToolCall | None, result: CallResult | None) -> None:
+                call: ParsedCall | MalformedToolCall | None, acted: tuple[float, CallResult] | None,
+                started: float) -> None:
         trajectory = episode.trajectory
         index = len(trajectory.turns)
         if isinstance(completion, LLMError):
-            trajectory.stop_reason, trajectory.error = "policy_error", str(completion)
-            episode.done = True
+            episode.finish("policy_error", str(completion))
             return
         policy_cost = self.policy_price.tokens_cost(completion.usage)
         turn = Turn(index=index, text=completion.text, policy_usage=completion.usage,
-                    cost_usd=policy_cost, latency_s=completion.latency_s)
+                    cost_usd=policy_cost, latency_s=completion.latency_s, started_at=started)
+        self._apply(episode, turn, completion, call, acted)
+        if episode.on_turn is not None:
+            episode.on_turn(turn)
+
+    def _apply(self, episode: Episode, turn: Turn, completion: Completion,
+               call: ParsedCall | MalformedToolCall | None, acted: tuple[float, CallResult] | None) -> None:
+        trajectory = episode.trajectory
         trajectory.turns.append(turn)
         structured = completion.tool_calls[0] if completion.tool_calls else None
         if structured is not None:
@@ -196,8 +277,13 @@ class Orchestrator:
             turn.ok, turn.error = False, "malformed_call"
             observe(f"Error: malformed tool call: {call}. {FORMAT_HINT}")
             return
-        assert result is not None
         turn.tool, turn.arguments = call.name, call.arguments
+        if acted is None:  # the call could exceed the budget: not made
+            turn.ok, turn.error = False, "budget"
+            episode.stop_for_budget(f"{call.name} call", episode.toolbox.cost_bound(call.name, call.arguments,
+                                                                                   episode.context))
+            return
+        turn.tool_started_at, result = acted
         turn.ok, turn.error = result.ok, result.error
         turn.tool_usage, turn.tool_cost_usd, turn.tool_latency_s = result.usage, result.cost_usd, result.latency_s
         turn.cost_usd += result.cost_usd

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from toolorchestra.llm.base import Message, Usage
 
-StopReason = Literal["answer_tool", "final_message", "max_turns", "policy_error"]
+StopReason = Literal["answer_tool", "final_message", "max_turns", "budget", "policy_error"]
 
 
 class Turn(BaseModel):
@@ -31,6 +31,8 @@ class Turn(BaseModel):
     tool_usage: dict[str, Usage] = Field(default_factory=dict)
     tool_cost_usd: float = 0.0
     tool_latency_s: float = 0.0
+    started_at: float | None = Field(None, description="Unix time the policy's generation started (traces)")
+    tool_started_at: float | None = Field(None, description="Unix time the tool call started (traces)")
 
 
 class Trajectory(BaseModel):
@@ -42,6 +44,7 @@ class Trajectory(BaseModel):
     answer: str | None = None
     stop_reason: StopReason | None = None
     error: str | None = None
+    budget_usd: float | None = Field(None, description="the cost limit the episode ran under, USD")
 
     @property
     def cost_usd(self) -> float:
@@ -90,6 +93,7 @@ class Trajectory(BaseModel):
             "answer": self.answer,
             "stop_reason": self.stop_reason,
             "error": self.error,
+            "budget_usd": self.budget_usd,
             "turns": [
                 {
                     "index": t.index,

@@ -192,8 +192,10 @@ def evaluate(
     llm_for: Callable[[str], LLM] | None = None,
     domain_roots: Iterable[Path] = (),
     progress: Callable[[str], None] | None = None,
+    on_episode: Callable[[TaskRecord], None] | None = None,
 ) -> EvalRun:
-    """Run every method on every item of every benchmark (see the module docstring)."""
+    """Run every method on every item of every benchmark (see the module docstring);
+    `on_episode` sees each judged record (e.g. `evaluation.traces.EpisodeTracer`)."""
     config = config or EvalConfig()
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -217,6 +219,8 @@ def evaluate(
             pending = [(_record(method, item, variant, inst, rollout), inst, rollout)
                        for ((item, variant), inst), rollout in zip(chunk, rollouts, strict=True)]
             _judge(records, pending, judge, config.judge_workers)
+            for record, _, _ in pending if on_episode is not None else ():
+                on_episode(record)
         seconds[method.name] = time.perf_counter() - started
         if progress is not None:
             progress(f"{method.name}: {len(runs)} episodes in {seconds[method.name]:.1f}s")

@@ -8,6 +8,7 @@ latency. Prices are not here: callers price `usage` from the tool catalog.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -85,6 +86,14 @@ class LLM(ABC):
         seed: int | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` when the backend fails after retries."""
+
+    def count_prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        """How many prompt tokens `chat(messages, tools=tools)` would send (the agent loop's cost
+        budget). Backends with a tokenizer count exactly (`LocalLLM`); this default estimates one
+        token per 3 characters of the JSON, which errs high for plain messages but can miss what a
+        server's chat template adds around tool schemas, so a remote policy's budget is approximate."""
+        text = json.dumps(messages, ensure_ascii=False) + (json.dumps(tools, ensure_ascii=False) if tools else "")
+        return -(-len(text) // 3)
 
     def chat_batch(
         self,

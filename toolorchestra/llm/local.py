@@ -84,6 +84,10 @@ class LocalLLM(BatchLLM):
             messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
 
+    def count_prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        """Exact: the rendered chat template's tokens."""
+        return len(self.tokenizer(self.render(messages, tools), add_special_tokens=False)["input_ids"])
+
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:
         import torch

@@ -5,8 +5,9 @@
 (`toolorchestra.agent.loop.Orchestrator`) with the tools of the catalog the model was trained
 with (its system prompt carries the catalog's price sheet, as in training), and returns one row
 per question: `answer`, `stop_reason`, `cost_usd`, `latency_s`, `turns`, `format_valid`,
-`tool_calls` (JSON) and the full `trajectory` (JSON). Parameters `max_turns`, `max_tokens` and
-`temperature` may be passed at predict time.
+`tool_calls` (JSON) and the full `trajectory` (JSON). Parameters `max_turns`, `max_tokens`,
+`temperature` and `budget_usd` (a cost limit per question, enforced by the loop) may be passed at
+predict time.
 
 Tools are built in the serving process from the bundled catalog (`bundle.py`); runtime settings
 (state folder for caches, MLflow and endpoints) come from the environment (`ORCHESTRA_*`), and
@@ -35,7 +36,7 @@ def signature() -> Any:
                         ColSpec("boolean", "format_valid"), ColSpec("string", "tool_calls"),
                         ColSpec("string", "trajectory")]),
         params=ParamSchema([ParamSpec("max_turns", "long", 6), ParamSpec("max_tokens", "long", 192),
-                            ParamSpec("temperature", "double", 0.0)]),
+                            ParamSpec("temperature", "double", 0.0), ParamSpec("budget_usd", "double", None)]),
     )
 
 
@@ -100,6 +101,7 @@ class OrchestratorModel(mlflow.pyfunc.PythonModel):
             self.policy, self.toolbox, policy_price=self.price, max_turns=int(settings["max_turns"]),
             max_tokens=int(settings["max_tokens"]), temperature=float(settings["temperature"]),
             system_prompt=self.system_prompt,
+            budget_usd=float(settings["budget_usd"]) if settings.get("budget_usd") is not None else None,
         )
         trajectories = orchestrator.run_batch(_questions(model_input))
         return pd.DataFrame([{

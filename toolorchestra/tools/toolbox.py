@@ -77,6 +77,21 @@ class Toolbox:
             cost += self.model_prices.get(alias, Price()).tokens_cost(used)
         return cost
 
+    def cost_bound(self, name: str, arguments: dict[str, Any], context: EpisodeContext | None = None) -> float:
+        """What a call may cost before it runs (for a cost budget), USD: the tool's per-call price,
+        and for an expert its model's prompt (over-estimated from the characters it will see) and
+        `max_tokens` of output. Per-second prices are unknowable up front and only charged after."""
+        tool = self.tools.get(name)
+        cost = self.prices.get(name, Price()).per_call
+        if isinstance(tool, ExpertTool) and isinstance(arguments.get("model"), str):
+            llm = tool.llms.get(arguments["model"])
+            if llm is not None:
+                shown = (context.render() if context is not None else "") + str(arguments.get("question") or "")
+                prompt = llm.count_prompt_tokens([{"role": "user", "content": shown}]) + 64  # + role prompt
+                usage = Usage(prompt_tokens=prompt, completion_tokens=tool.max_tokens)
+                cost += self.model_prices.get(arguments["model"], Price()).tokens_cost(usage)
+        return cost
+
     def call(self, name: str, arguments: dict[str, Any], context: EpisodeContext | None = None) -> CallResult:
         tool = self.tools.get(name)
         if tool is None:

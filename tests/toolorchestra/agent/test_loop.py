@@ -220,3 +220,76 @@ def test_local_backend_renders_each_rows_tools(tiny_llm):
     assert '"name": "add"' in tiny_llm.render([{"role": "user", "content": "x"}], specs[0])
     with pytest.raises(ValueError, match="one entry per chat"):
         tiny_llm.chat_batch([[{"role": "user", "content": "x"}]], tools_per_row=[], max_tokens=2)
+
+
+# -- limits: a cost budget and per-episode turn limits -----------------------------------------
+
+PRICE = Price(input_per_mtok=1.0, output_per_mtok=2.0)
+
+
+def bound_of_turn(policy, messages, tools, max_tokens):
+    """What the loop assumes the next policy turn may cost: counted prompt + max_tokens output."""
+    return (policy.count_prompt_tokens(messages, tools) * 1.0 + max_tokens * 2.0) / 1e6
+
+
+def test_budget_ends_before_a_policy_turn_that_could_exceed_it_with_the_best_answer_so_far():
+    toolbox = Toolbox([Add()], prices={"add": Price(per_call=0.001)})
+    policy = ScriptedLLM([call("add", a=2, b=3), "5"])
+    orch = Orchestrator(policy, toolbox, policy_price=PRICE, max_tokens=64)
+    first = orch.start("What is 2 + 3?")
+    needed_first = bound_of_turn(policy, first.messages, first.specs, 64)
+    spent_first = (100 * 1.0 + 10 * 2.0) / 1e6 + 0.001
+    # enough for the first turn and its call, not for the second turn's bound
+    budget = max(needed_first, spent_first) + 1e-6
+    traj = orch.run_episodes([orch.start("What is 2 + 3?", budget_usd=budget)])[0]
+    assert traj.stop_reason == "budget" and len(traj.turns) == 1 and len(policy.seen) == 1
+    assert traj.cost_usd <= budget and traj.budget_usd == budget
+    assert traj.answer == "5"  # the last successful observation
+    assert "next policy turn" in traj.error and f"${budget:.6f}" in traj.error
+
+
+def test_budget_skips_a_tool_call_that_could_exceed_it():
+    class Counting(Add):
+        runs = 0
+
+        def run(self, arguments):
+            Counting.runs += 1
+            return super().run(arguments)
+
+    toolbox = Toolbox([Counting()], prices={"add": Price(per_call=0.01)})
+    policy = ScriptedLLM([call("add", a=2, b=3), "5"])
+    orch = Orchestrator(policy, toolbox, policy_price=PRICE, max_tokens=64)
+    traj = orch.run_episodes([orch.start("What is 2 + 3?", budget_usd=0.005)])[0]
+    assert Counting.runs == 0 and traj.stop_reason == "budget" and traj.cost_usd <= 0.005
+    assert traj.turns[0].tool == "add" and traj.turns[0].error == "budget" and traj.answer is None
+    assert "next add call" in traj.error
+
+
+def test_zero_budget_makes_no_call_and_unlimited_episodes_are_unaffected():
+    policy = ScriptedLLM([call("add", a=2, b=3), "5"])
+    orch = Orchestrator(policy, Toolbox([Add()]), policy_price=PRICE)
+    broke, free = orch.run_episodes([orch.start("t1", budget_usd=0.0), orch.start("t2")])
+    assert broke.stop_reason == "budget" and broke.turns == [] and broke.cost_usd == 0.0
+    assert free.stop_reason == "final_message" and free.answer == "5" and free.budget_usd is None
+
+
+def test_expert_cost_bound_counts_its_prompt_and_max_tokens():
+    expert = ExpertTool("ask_expert", "ask", "ask", {"big": ScriptedLLM(["x"])}, max_tokens=100)
+    toolbox = Toolbox([expert], prices={"ask_expert": Price(per_call=0.5)},
+                      model_prices={"big": Price(input_per_mtok=10.0, output_per_mtok=1000.0)})
+    bound = toolbox.cost_bound("ask_expert", {"model": "big", "question": "why?"})
+    assert bound > 0.5 + 100 * 1000.0 / 1e6  # per-call price + its whole output allowance + some prompt
+
+
+def test_episodes_keep_their_own_turn_limits_and_observers_see_turns_then_the_end():
+    policy = ScriptedLLM([call("add", a=1, b=1), call("add", a=1, b=1), call("add", a=1, b=1)])
+    orch = Orchestrator(policy, Toolbox([Add()]), max_turns=8)
+    seen = []
+    short, longer = orch.start("t1", max_turns=1), orch.start("t2", max_turns=2)
+    for name, episode in (("short", short), ("longer", longer)):
+        episode.on_turn = lambda turn, name=name: seen.append((name, "turn", turn.index))
+        episode.on_done = lambda traj, name=name: seen.append((name, "done", traj.stop_reason))
+    trajs = orch.run_episodes([short, longer])
+    assert [len(t.turns) for t in trajs] == [1, 2] and {t.stop_reason for t in trajs} == {"max_turns"}
+    assert seen == [("short", "turn", 0), ("longer", "turn", 0), ("short", "done", "max_turns"),
+                    ("longer", "turn", 1), ("longer", "done", "max_turns")]

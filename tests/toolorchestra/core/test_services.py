@@ -18,7 +18,7 @@ class _Handler(BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, object]] = {}
     seen_auth: list[str] = []
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         self.seen_auth.append(self.headers.get("Authorization", ""))
         status, body = self.routes.get(self.path, (404, {"error": "not found"}))
         if self.path == "/v1/models" and self.headers.get("Authorization") != f"Bearer {SECRET_KEY}":

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.evaluation.benchmarks import (
     PreferenceSpec,
     QAFileSpec,
@@ -22,7 +23,6 @@ from toolorchestra.evaluation.benchmarks import (
     preference_items,
     stratified_sample,
 )
-from toolorchestra.episodes.pool import load_pool
 
 HLE_ROWS = [
     {"id": "hle-1", "question": "What is 6 * 7?", "answer": "42", "answer_type": "exactMatch", "category": "Math",
@@ -144,9 +144,9 @@ def test_preferences_about_tools_not_offered_are_left_out(eval_tasks, pairs, tmp
 
 
 def test_training_task_ids_read_the_exported_dataset(eval_tasks, catalog, tmp_path):
+    from toolorchestra.episodes.rows import write_hf_dataset
     from toolorchestra.evaluation.benchmarks import training_task_ids
     from toolorchestra.preferences.assemble import AssemblyConfig, assemble
-    from toolorchestra.episodes.rows import write_hf_dataset
 
     splits = assemble(load_pool(eval_tasks), catalog, [], [], AssemblyConfig(eval_task_fraction=0.25))
     write_hf_dataset(splits, tmp_path / "datasets" / "hf")

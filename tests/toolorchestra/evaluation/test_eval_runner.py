@@ -8,13 +8,13 @@ import pytest
 from helpers.eval_fixtures import ScriptedLLM
 
 from toolorchestra.core.errors import OrchestraError
+from toolorchestra.episodes.environment import EpisodeConfig
 from toolorchestra.evaluation import methods as m
 from toolorchestra.evaluation.benchmarks import PreferenceSpec, QASpec, ToolScaleSpec, build_benchmarks
 from toolorchestra.evaluation.judges import LLMJudge
 from toolorchestra.evaluation.metrics import task_lists
 from toolorchestra.evaluation.report import write_report
 from toolorchestra.evaluation.runner import EvalConfig, evaluate, make_instance
-from toolorchestra.episodes.environment import EpisodeConfig
 
 
 @pytest.fixture(scope="module")

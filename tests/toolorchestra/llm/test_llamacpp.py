@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from toolorchestra.core.errors import ConfigError  # noqa: E402
-from toolorchestra.llm.gguf_export import ensure_gguf  # noqa: E402
-from toolorchestra.llm.llamacpp import LlamaCppLLM  # noqa: E402
-from toolorchestra.llm.local import LocalLLM  # noqa: E402
+from toolorchestra.core.errors import ConfigError
+from toolorchestra.llm.gguf_export import ensure_gguf
+from toolorchestra.llm.llamacpp import LlamaCppLLM
+from toolorchestra.llm.local import LocalLLM
 
 TOOLS = [{"type": "function", "function": {
     "name": "answer", "description": "Ask an expert model to answer the question.",
@@ -32,10 +32,9 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory, smollm2_dir: Path) -> Path:
     """A random-weight Llama of SmolLM2's architecture with the real tokenizer, saved as a checkpoint."""
+    import torch
     from helpers.tiny_models import tiny_llama
     from transformers import AutoTokenizer
-
-    import torch
 
     folder = tmp_path_factory.mktemp("tiny-checkpoint")
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
@@ -160,8 +159,8 @@ def test_engine_is_configuration(tiny_folder, tmp_path):
 
     from toolorchestra.core.settings import Settings
     from toolorchestra.llm.config import (
-        LLMConfig,
         LlamaCppLLMConfig,
+        LLMConfig,
         LocalLLMConfig,
         OpenAILLMConfig,
         as_engine,

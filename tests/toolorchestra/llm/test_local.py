@@ -81,3 +81,17 @@ def test_real_smollm2_answers_in_chat(smollm2_dir):
     out = llm.chat([{"role": "user", "content": "What is the capital of France? One word."}], max_tokens=12)
     assert out.finish_reason == "stop" and out.usage.completion_tokens <= 12
     assert "paris" in out.text.lower()
+
+
+def test_prompt_tokens_are_counted_exactly_and_the_default_over_estimates(tiny_llm):
+    from toolorchestra.llm.base import LLM
+
+    messages = [{"role": "system", "content": "You orchestrate."}, {"role": "user", "content": "What is 17 * 23?"}]
+    tools = [{"type": "function", "function": {"name": "add", "description": "add",
+                                                "parameters": {"type": "object", "properties": {}}}}]
+    counted = tiny_llm.count_prompt_tokens(messages, tools)
+    assert counted == tiny_llm.chat(messages, tools=tools, max_tokens=1).usage.prompt_tokens
+    # the backend-agnostic estimate (JSON characters / 3) errs high on plain messages
+    long = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 50}]
+    for chat in (messages, long):
+        assert LLM.count_prompt_tokens(tiny_llm, chat) >= tiny_llm.count_prompt_tokens(chat)

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble, choose_tools, perturbed, split_tasks
 from toolorchestra.preferences.grammar import generate_grammar_pairs
-from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 from toolorchestra.tools.catalog import Price
 

@@ -9,7 +9,6 @@ import pytest
 from helpers.pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data
 
 from toolorchestra.core.settings import Settings
-from toolorchestra.llm.base import LLMError
 from toolorchestra.describe.descriptions import (
     MARKER,
     apply_measurement,
@@ -20,6 +19,7 @@ from toolorchestra.describe.descriptions import (
 )
 from toolorchestra.describe.measure import DescribeConfig, Measurement
 from toolorchestra.episodes.pool import load_pool
+from toolorchestra.llm.base import LLMError
 from toolorchestra.tools.catalog import load_embedded_catalog, parse_catalog
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from helpers.pref_fixtures import expert_catalog_data
 
+from toolorchestra.episodes.reward import group_rewards
 from toolorchestra.preferences.grammar import KINDS, generate_grammar_pairs, remote_tools
 from toolorchestra.preferences.pairs import check_direction
-from toolorchestra.episodes.reward import group_rewards
 from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog, parse_catalog
 
 REPO = Path(__file__).resolve().parents[3]

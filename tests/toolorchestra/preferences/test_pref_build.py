@@ -8,6 +8,8 @@ import pytest
 from helpers.pref_fixtures import GOOD, KeywordVerifier, Scripted
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.pool import load_pool
+from toolorchestra.episodes.reward import group_rewards
 from toolorchestra.preferences.build import (
     DirectionError,
     GeneratorConfig,
@@ -17,8 +19,6 @@ from toolorchestra.preferences.build import (
 )
 from toolorchestra.preferences.expectations import PreferenceSuiteError
 from toolorchestra.preferences.pairs import load_pairs
-from toolorchestra.episodes.pool import load_pool
-from toolorchestra.episodes.reward import group_rewards
 
 
 def test_build_and_write(expert_catalog, validated, tmp_path):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from toolorchestra.preferences.assemble import AssemblyConfig, assemble
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.episodes.rows import (
     decode_extra_info,
     decode_ground_truth,
@@ -15,8 +15,8 @@ from toolorchestra.episodes.rows import (
     write_hf_dataset,
     write_verl_parquet,
 )
+from toolorchestra.preferences.assemble import AssemblyConfig, assemble
 from toolorchestra.preferences.grammar import generate_grammar_pairs
-from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 
 

@@ -91,8 +91,10 @@ mlflow.set_tracking_uri(sys.argv[1])
 model = mlflow.pyfunc.load_model("models:/orchestrator@challenger")
 out = model.predict(pd.DataFrame({"question": ["What is 2 + 2?", "Name a colour."],
                                   "preference": ["Keep it cheap.", None]}), params={"max_turns": 2, "max_tokens": 8})
+broke = model.predict(pd.DataFrame({"question": ["What is 2 + 2?"]}), params={"budget_usd": 0.0})
 import toolorchestra
-print(json.dumps({"rows": out.to_dict(orient="records"), "code": toolorchestra.__file__}))
+print(json.dumps({"rows": out.to_dict(orient="records"), "code": toolorchestra.__file__,
+                  "budget": broke.to_dict(orient="records")}))
 """
 
 
@@ -114,3 +116,5 @@ def test_pyfunc_loads_in_a_fresh_process_and_answers(registered, module_mlflow_s
         assert row["turns"] >= 1 and row["cost_usd"] > 0 and json.loads(row["trajectory"])["turns"]
     assert "Keep it cheap." in json.loads(rows[0]["trajectory"])["preference"]
     assert "/code/toolorchestra/" in result["code"]  # the model's own copy of the package ran
+    [broke] = result["budget"]  # a zero budget: the loop makes no call at all
+    assert broke["stop_reason"] == "budget" and broke["cost_usd"] == 0 and broke["turns"] == 0

@@ -7,12 +7,11 @@ import json
 import pytest
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.preferences.assemble import AssemblyConfig, assemble
-from toolorchestra.episodes.rows import to_table, write_hf_dataset, write_verl_parquet
-from toolorchestra.preferences.pairs import Intent, PreferencePair
-from toolorchestra.episodes.pool import load_pool
 from toolorchestra.episodes.instance import DomainLocator
-from toolorchestra.episodes.rows import load_instances
+from toolorchestra.episodes.pool import load_pool
+from toolorchestra.episodes.rows import load_instances, to_table, write_hf_dataset, write_verl_parquet
+from toolorchestra.preferences.assemble import AssemblyConfig, assemble
+from toolorchestra.preferences.pairs import Intent, PreferencePair
 
 CHEAP = PreferencePair(id="cost-1", instruction="Keep the cost as low as you can.", vector={"accuracy": 1.0, "cost": 0.5},
                        kind="cost", template="t-cost", intents=[Intent(key="cost", prefer="lower")])

@@ -69,7 +69,7 @@ def groups(draw, min_size=1, max_size=8, keys=KEYS):
 
 
 # ---------------------------------------------------------------------------------------------
-# group_rewards: properties
+# Properties of group_rewards
 
 
 @SETTINGS

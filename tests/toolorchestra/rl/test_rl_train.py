@@ -8,9 +8,9 @@ import pytest
 from transformers import TrainerCallback
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.instance import DomainLocator
 from toolorchestra.rl.checkpoint import load_catalog_of, read_manifest
 from toolorchestra.rl.config import TrainConfig
-from toolorchestra.episodes.instance import DomainLocator
 from toolorchestra.rl.train import select_instances, train_trl, use_bf16, work_folder
 
 

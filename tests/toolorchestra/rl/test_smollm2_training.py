@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolorchestra.rl.config import TrainConfig
 from toolorchestra.episodes.instance import DomainLocator
+from toolorchestra.rl.config import TrainConfig
 from toolorchestra.rl.train import train_trl
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # ~5-15 min on two shared cores

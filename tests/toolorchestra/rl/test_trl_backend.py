@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from toolorchestra.episodes.instance import Preference
+from toolorchestra.episodes.reward import group_advantages, group_rewards
 from toolorchestra.llm.base import Completion, Usage
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.rl.config import GRPOSettings
-from toolorchestra.episodes.reward import group_advantages, group_rewards
-from toolorchestra.rl.trl_backend import build_grpo_trainer, prompt_row
 from toolorchestra.rl.transcript import RolloutPolicy
+from toolorchestra.rl.trl_backend import build_grpo_trainer, prompt_row
 
 PLAN = ("golden", "detour", "wrong", "malformed")
 

@@ -33,7 +33,7 @@ def check_tasks(domain: Domain, tasks) -> None:
     assert dump_tasks(parse_tasks(dump_tasks(tasks))) == dump_tasks(tasks)
 
 
-def DbState_hash(base):  # noqa: N802 - helper name mirrors the class
+def DbState_hash(base):
     from toolorchestra.envs.state import DbState
 
     return DbState(base).hash()

@@ -29,7 +29,7 @@ def recorder() -> Iterator[dict]:
     seen: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             seen.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body.decode()})
             reply = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",

@@ -371,7 +371,7 @@ def embeddings_server() -> Iterator[dict[str, Any]]:
     state: dict[str, Any] = {"requests": [], "fail": 0}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             auth = self.headers.get("Authorization")
             state["requests"].append({"path": self.path, "auth": auth, "json": body})

@@ -64,7 +64,7 @@ def tavily() -> Iterator[FakeTavily]:
     state = FakeTavily(url="", replies=[])
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             state.requests.append({"path": self.path, "headers": dict(self.headers),
                                    "json": json.loads(self.rfile.read(length) or b"null")})

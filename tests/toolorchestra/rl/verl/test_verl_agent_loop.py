@@ -11,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from toolorchestra.episodes.rows import verl_row
 from toolorchestra.llm.hermes import format_tool_call
 from toolorchestra.rl.config import TrainConfig
-from toolorchestra.episodes.rows import verl_row
 from toolorchestra.rl.verl.data import AGENT_NAME
 
 

@@ -1,0 +1,1 @@
+"""Orchestrator trajectories as MLflow 3 traces (`trajectory`), with secrets redacted (`redact`)."""
