@@ -4,6 +4,9 @@ without CUDA."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
 
 for _key, _value in {
     "DO_NOT_TRACK": "1",
@@ -17,10 +20,6 @@ for _key, _value in {
     "RAY_USAGE_STATS_ENABLED": "0",
 }.items():
     os.environ.setdefault(_key, _value)
-
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,6 @@ import pytest
 import yaml
 from helpers.pref_fixtures import ConstantExpert, SmartExpert, expert_catalog_data, write_validated
 
-import orchestra_cli.descpref  # noqa: F401  (registers the commands; the lead adds it to commands.py)
 from orchestra_cli.main import main
 from toolorchestra.tools.catalog import load_catalog
 

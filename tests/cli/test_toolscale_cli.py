@@ -9,7 +9,6 @@ import pytest
 from helpers.third_party import third_party
 from typer.testing import CliRunner
 
-import orchestra_cli.toolscale  # noqa: F401 - registers the commands
 from orchestra_cli.main import app, main
 
 runner = CliRunner()

@@ -101,7 +101,6 @@ def test_bad_parameters_are_clear_errors(workspace, extra, message):
 def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspace, monkeypatch):
     from typer.testing import CliRunner
 
-    import orchestra_cli.evalpromote  # noqa: F401 - registers the commands
     from orchestra_cli.main import app
 
     for key in [k for k in __import__("os").environ if k.startswith("ORCHESTRA_")]:

@@ -218,7 +218,6 @@ def test_evaluate_then_promote_compares_with_the_re_evaluated_champion(workspace
 def test_cli_dry_run_shows_the_decision_and_registers_nothing(workspace, monkeypatch):
     from typer.testing import CliRunner
 
-    import orchestra_cli.evalpromote  # noqa: F401 - registers the commands
     from orchestra_cli.main import app
 
     write_report(workspace, trained=(0.4, 0.002))

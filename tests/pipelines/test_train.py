@@ -87,7 +87,6 @@ def test_params_are_validated_before_anything_runs(workspace):
 
 
 def cli(args):
-    import orchestra_cli.train  # noqa: F401  (registers the command)
     from orchestra_cli.main import main
 
     return main(args)

@@ -79,7 +79,8 @@ def test_difficulty_knobs_and_tool_subset():
     easy, _ = synthesize_tasks(domain, 20, seed=1, config=ProceduralConfig(max_hops=0, p_condition=0,
                                                                             p_second_write=0, read_only_fraction=0))
     hard, _ = synthesize_tasks(domain, 20, seed=1, config=ProceduralConfig(min_hops=2, max_hops=2, p_second_write=1))
-    mean = lambda ts: sum(len(t.actions) for t in ts) / len(ts)  # noqa: E731
+    def mean(ts):
+        return sum(len(t.actions) for t in ts) / len(ts)
     assert mean(hard) > mean(easy) + 1
     subset = ["get_ticket_details", "find_ticket_by_holder_email", "set_ticket_status_refunded"]
     only, report = synthesize_tasks(domain, 10, seed=1, config=ProceduralConfig(tools=subset, read_only_fraction=0))
