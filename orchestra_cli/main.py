@@ -2,7 +2,8 @@
 
 Each command group lives in its own module and registers itself on `app`; heavy libraries are
 imported inside the commands so `orchestra --help` stays fast. Errors derived from
-`OrchestraError` are printed as one line (no traceback) with exit code 2.
+`OrchestraError` are printed as one line (no traceback) with exit code 2; a stop (Ctrl-C, SIGTERM)
+is one line too, with the shell's exit code for the signal (130, 143).
 """
 
 from __future__ import annotations
@@ -27,11 +28,25 @@ def _register_commands() -> None:
     from orchestra_cli import commands  # noqa: F401
 
 
+def _stopped(exc: BaseException) -> int:
+    """Ctrl-C, or SIGTERM as `Stopped`: a requested stop, one line and no traceback."""
+    from toolorchestra.core.stopping import exit_code, signal_name, stop_signal
+
+    err_console.print(f"[bold red]stopped[/] by {signal_name(stop_signal(exc))}", highlight=False)
+    return exit_code(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from toolorchestra.core.stopping import Stopped, requested_stop, stop_on_signals
+
     _register_commands()
+    stop_on_signals()  # SIGTERM unwinds like Ctrl-C: every `finally` runs (commands may refine this)
     try:
-        # Without standalone mode click returns a command's `typer.Exit` code instead of exiting.
+        # Without standalone mode click returns a command's `typer.Exit` code instead of exiting
+        # (and a KeyboardInterrupt as 130).
         code = app(args=argv, standalone_mode=False)
+        if requested_stop() is not None:
+            return _stopped(Stopped(requested_stop()))
         if isinstance(code, int):
             return code
     except OrchestraError as exc:
@@ -42,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("aborted")
         return 130
+    except KeyboardInterrupt as exc:
+        return _stopped(exc)
     except Exception as exc:  # click usage errors carry their own exit code
         import click
 

@@ -6,7 +6,7 @@ its repository lock and records the new hashes in `dvc.lock`.
 
 A stage that fails tells why through a status file the runner writes
 (`.orchestra/stage-status/<name>.json`): `invalid` (bad parameters or data; retrying cannot help)
-or `crash` (anything else; worth a retry).
+`killed` (stopped by Ctrl-C or SIGTERM; never retried) or `crash` (anything else; worth a retry).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class StageFailed(OrchestraError):
 
     @property
     def transient(self) -> bool:
-        return self.kind != "invalid"
+        """Worth a retry: not bad parameters or data, and not a stop someone asked for."""
+        return self.kind not in ("invalid", "killed")
 
 
 class StageOutcome(BaseModel):

@@ -133,7 +133,8 @@ def _check_metrics(stage: str, metrics: Any) -> dict[str, float]:
 def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: Settings | None = None,
               track: bool = True) -> dict[str, float]:
     """Run a stage and record its outcome in `.orchestra/stage-status/<name>.json` for the flow:
-    `invalid` for problems with parameters or data (`OrchestraError`), `crash` for the rest."""
+    `invalid` for problems with parameters or data (`OrchestraError`), `killed` for a requested stop
+    (Ctrl-C, SIGTERM), `crash` for the rest."""
     from pipelines.graph import write_status
 
     params_file = Path(params_file).resolve()
@@ -142,6 +143,9 @@ def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: S
         metrics = _run_stage(name, params_file, settings, track)
     except OrchestraError as exc:
         write_status(workspace, name, ok=False, kind="invalid", message=str(exc))
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (core/stopping.py): stopped, not crashed
+        write_status(workspace, name, ok=False, kind="killed", message=str(exc) or "stopped by SIGINT")
         raise
     except BaseException as exc:
         write_status(workspace, name, ok=False, kind="crash", message=f"{type(exc).__name__}: {exc}")
