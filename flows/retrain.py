@@ -20,6 +20,7 @@ from pipelines.graph import StageFailed, StageOutcome, push, stage_order
 from pipelines.runner import check_all_params
 from pipelines.tracking import flow_run as mlflow_flow_run
 from tasks.stage import run_stage
+from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import load_settings
 from toolorchestra.core.stopping import Stopped
 
@@ -34,7 +35,7 @@ def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force:
     forced = set(force or [])
     unknown = forced - set(order)
     if unknown:
-        raise ValueError(f"--force names stages not in this flow: {sorted(unknown)}; stages: {order}")
+        raise ConfigError(None, f"names stages not in this flow: {sorted(unknown)}; stages: {order}", key="force")
     outcomes: list[StageOutcome] = []
     with mlflow_flow_run(settings, flow_name, flow_run_id=str(flow_run.get_id() or ""),
                          params={"stages": ",".join(order), "force": ",".join(sorted(forced))}) as parent:

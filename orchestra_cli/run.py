@@ -53,7 +53,7 @@ def run(
     """Run the retraining flow (every out-of-date stage) on this workspace."""
     from filelock import Timeout
 
-    from toolorchestra.core.errors import OrchestraError
+    from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import atomic_write_text
     from toolorchestra.core.settings import load_settings
 
@@ -81,7 +81,13 @@ def run(
         from pipelines.runner import check_all_params
 
         # Broken parameters are reported before anything runs (and before params.yaml changes).
-        check_all_params(params.resolve() if params else root / "params.yaml", stage_order(root), settings)
+        order = stage_order(root)
+        check_all_params(params.resolve() if params else root / "params.yaml", order, settings)
+        for option, names in (("--force", force), ("--until", until)):
+            unknown = sorted(set(names or []) - set(order))
+            if unknown:
+                raise ConfigError(None, f"no stage {', '.join(unknown)} in dvc.yaml; stages: {', '.join(order)}",
+                                  key=option)
         if params is not None:
             atomic_write_text(root / "params.yaml", params.read_text())
         if not settings.prefect_api_url and not os.environ.get("PREFECT_API_URL"):

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.fs import atomic_write_json
+from toolorchestra.core.paths import remove_stale_staging
 
 STATUS_DIR = Path(".orchestra") / "stage-status"
 
@@ -129,8 +130,16 @@ def reproduce(workspace: Path, name: str, *, force: bool = False) -> StageOutcom
         status = read_status(workspace, name)
         raise StageFailed(name, status.get("kind") or "crash", status.get("message") or str(exc)) from None
     seconds = time.perf_counter() - started
+    # Restored from DVC's run cache, the stage did not run: clear a killed run's staging leftovers.
+    for out in _stage_outs(workspace, name):
+        remove_stale_staging(out)
     status = read_status(workspace, name)
     return StageOutcome(stage=name, ran=True, seconds=seconds, metrics=status.get("metrics", {}), changes=changes)
+
+
+def _stage_outs(workspace: Path, name: str) -> list[Path]:
+    with _repo(workspace) as repo:
+        return [Path(out.fs_path) for stage in repo.index.stages if stage.name == name for out in stage.outs]
 
 
 def push(workspace: Path, remote: str | None = None) -> int:

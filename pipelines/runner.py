@@ -30,6 +30,7 @@ from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.fs import atomic_write_json, replace_path
 from toolorchestra.core.paths import check_replaceable, check_stage_paths, record_outputs, resolve_user_path
 from toolorchestra.core.settings import Settings, load_settings
+from toolorchestra.core.yaml_strict import strict_load
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 NOT_STAGES = {"runner", "tracking", "graph", "lineage"}
@@ -37,7 +38,7 @@ NOT_STAGES = {"runner", "tracking", "graph", "lineage"}
 
 def load_params_file(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = strict_load(path.read_text(encoding="utf-8"))  # a key written twice is an error
     except OSError as exc:
         raise ConfigError(path, f"cannot read parameters: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -215,7 +216,19 @@ def check_all_params(params_file: Path, stages: list[str], settings: Settings | 
     """Validate every stage's parameters and paths up front, so a broken file stops a flow before it starts."""
     settings = settings or load_settings(workspace=params_file.resolve().parent)
     all_params = load_params_file(params_file)
+    for section in all_params:  # a misspelt section would otherwise be ignored silently
+        if section != "base" and not _is_stage(section):
+            raise ConfigError(params_file, f"unknown section: no stage {section!r} (stages: {', '.join(stages)})",
+                              key=section)
     for name in stages:
         params = validate_params(name, stage_module(name), all_params, params_file)
         check_stage_paths(name, params.deps, params.outs, settings.workspace, state=settings.state,
                           read_only_roots=settings.read_only_roots, file=params_file)
+
+
+def _is_stage(name: str) -> bool:
+    try:
+        stage_module(name)
+    except ConfigError:
+        return False
+    return True

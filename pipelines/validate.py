@@ -10,7 +10,7 @@ failing expectations, so the stage fails and nothing moves into place.
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from pipelines._stage import StageParams, StagePaths
 from toolorchestra.core.errors import OrchestraError
@@ -18,10 +18,10 @@ from toolorchestra.synthesis.validation import PassAtK, ValidationConfig, domain
 
 
 class Params(StageParams):
-    min_actions: int = 1
-    max_actions: int = 30
-    min_tasks_per_domain: int = 1
-    min_qa: int = 1
+    min_actions: int = Field(1, ge=0, le=10_000)
+    max_actions: int = Field(30, ge=1, le=10_000)
+    min_tasks_per_domain: int = Field(1, ge=0, le=1_000_000)
+    min_qa: int = Field(1, ge=0, le=1_000_000)
     pass_at_k: PassAtK = PassAtK()
 
     @model_validator(mode="after")

@@ -174,3 +174,19 @@ def test_a_stopped_stage_is_recorded_killed_and_its_mlflow_run_ends_killed(works
     runs = mlflow.search_runs([configure(s)], output_format="list")
     assert [r.info.status for r in runs] == ["KILLED"]
     assert not (workspace / "out" / "table.txt").exists()
+
+
+def test_a_key_written_twice_is_an_error_naming_the_line(workspace):
+    (workspace / "params.yaml").write_text("fakestage:\n  factor: 2\n  deps: {source: data/source.txt}\n"
+                                          "  factor: 3\n")
+    with pytest.raises(ConfigError, match=r"params.yaml: invalid YAML at line 4, column 3: duplicate key 'factor' "
+                                          r"\(first at line 2\)"):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+
+
+def test_an_unknown_section_is_refused_up_front(workspace):
+    from pipelines.runner import check_all_params
+
+    (workspace / "params.yaml").write_text(yaml.safe_dump({"base": {}, "fakestage": {}, "synthesise": {"db_size": 9}}))
+    with pytest.raises(ConfigError, match="params.yaml: synthesise: unknown section: no stage 'synthesise'"):
+        check_all_params(workspace / "params.yaml", ["fakestage"], settings(workspace))

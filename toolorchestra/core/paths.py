@@ -140,3 +140,33 @@ def check_output_folder(value: str | Path, workspace: Path, *, state: Path | Non
     if path.exists() and not path.is_dir():
         raise ConfigError(None, f"{value} is a file; expected a folder to write into", key=key)
     return path
+
+
+def remove_stale_staging(final: Path) -> list[Path]:
+    """Remove the `.NAME.staging-PID` siblings of `final` whose process is gone (a killed stage's
+    leftovers); they are never complete and never looked at again. Returns what was removed."""
+    import shutil
+
+    removed = []
+    for stale in final.parent.glob(f".{final.name}.staging-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue  # a stage is writing there right now
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

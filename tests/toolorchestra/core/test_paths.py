@@ -83,3 +83,21 @@ def test_only_paths_the_stage_wrote_may_be_replaced(tmp_path):
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  s:\n    cmd: x\n    outs:\n    - path: pipelines\n")
     check_replaceable("s", {"y": foreign}, tmp_path, state)
     check_replaceable("s", {"z": tmp_path / "data/new"}, tmp_path, state)  # absent: nothing replaced
+
+
+def test_staging_leftovers_of_dead_stages_are_removed_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+
+    from toolorchestra.core.paths import remove_stale_staging
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    final = tmp_path / "toolscale"
+    (tmp_path / f".toolscale.staging-{gone.pid}").mkdir()
+    (tmp_path / f".toolscale.staging-{gone.pid}" / "part.json").write_text("{}")
+    (tmp_path / f".toolscale.staging-{os.getpid()}").mkdir()  # a stage writing right now
+    (tmp_path / ".other.staging-1").mkdir()  # another output's: not ours to judge
+    removed = remove_stale_staging(final)
+    assert [p.name for p in removed] == [f".toolscale.staging-{gone.pid}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".toolscale.staging-{os.getpid()}", ".other.staging-1"])
