@@ -2,7 +2,8 @@
 
 Every such path is resolved (symlinks included) before anything is read or written:
 - an output must lie inside the workspace, and neither be the workspace itself nor lie in (or
-  contain) the folders the pipeline keeps its state in (`.git`, `.dvc`, the state folder);
+  contain) `.git` or `.dvc`, nor be (or contain) the state folder (`.orchestra/`; ad-hoc commands
+  write below it);
 - an input must lie inside the workspace or under a read-only root: the installed `toolorchestra`
   package (its embedded catalogs and domains) or a folder the user allowed with
   `ORCHESTRA_READ_ONLY_ROOTS` (a JSON list, e.g. `'["/data/tau2"]'`).
@@ -52,12 +53,15 @@ def check_output(value: str | Path, workspace: Path, *, state: Path | None = Non
     if not is_within(path, workspace):
         raise ConfigError(file, f"output path {str(value)!r} resolves to {path}, outside the workspace "
                           f"{workspace}", key=key)
-    protected = [workspace / name for name in _STATE_NAMES]
-    protected.append((state or workspace / ".orchestra").resolve())
     if path == workspace:
         raise ConfigError(file, f"output path {str(value)!r} is the workspace itself", key=key)
-    for folder in protected:
-        if is_within(path, folder) or is_within(folder, path):
+    # Never in (or around) git's and DVC's folders; around the state folder neither, but inside it
+    # is where ad-hoc commands keep their outputs (`.orchestra/cli/...`), and what exists there
+    # is still never replaced unless a stage wrote it (check_replaceable).
+    state = (state or workspace / ".orchestra").resolve()
+    for folder in [workspace / name for name in _STATE_NAMES] + [state]:
+        inside = is_within(path, folder) and folder != state
+        if inside or is_within(folder, path):
             raise ConfigError(file, f"output path {str(value)!r} ({path}) overlaps the state folder {folder}",
                               key=key)
     return path
@@ -130,8 +134,16 @@ def check_replaceable(stage: str, outs: Mapping[str, Path], workspace: Path, sta
 
 
 def record_outputs(stage: str, outs: Iterable[Path], state: Path) -> None:
-    """Remember the outputs `stage` just committed, so a later run may replace them."""
-    atomic_write_json(_ownership_file(state, stage), sorted(str(p) for p in outs))
+    """Remember the outputs `stage` just committed (added to what it wrote before, e.g. by an
+    ad-hoc command with other paths), so a later run may replace them."""
+    record = _ownership_file(state, stage)
+    known: set[str] = set()
+    if record.is_file():
+        try:
+            known = {str(p) for p in json.loads(record.read_text(encoding="utf-8"))}
+        except (OSError, ValueError, TypeError):
+            known = set()
+    atomic_write_json(record, sorted(known | {str(p) for p in outs}))
 
 
 def check_output_folder(value: str | Path, workspace: Path, *, state: Path | None = None, key: str) -> Path:

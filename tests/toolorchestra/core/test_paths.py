@@ -35,7 +35,7 @@ def test_a_symlink_pointing_out_of_the_workspace_is_refused(tmp_path):
         check_output("data/toolscale", ws, file=None, key="k")
 
 
-@pytest.mark.parametrize("value", [".", ".git", ".git/hooks", ".dvc", ".orchestra", ".orchestra/mlflow.db"])
+@pytest.mark.parametrize("value", [".", ".git", ".git/hooks", ".dvc", ".dvc/cache", ".orchestra"])
 def test_outputs_on_the_workspace_or_its_state_are_refused(tmp_path, value):
     with pytest.raises(ConfigError, match="workspace itself|overlaps the state folder"):
         check_output(value, tmp_path, file=None, key="k")
@@ -43,6 +43,8 @@ def test_outputs_on_the_workspace_or_its_state_are_refused(tmp_path, value):
 
 def test_inside_paths_pass_and_resolve(tmp_path):
     assert check_output("data/x", tmp_path, file=None, key="k") == tmp_path.resolve() / "data/x"
+    # below the state folder: where ad-hoc commands (orchestra evaluate) keep their outputs
+    assert check_output(".orchestra/cli/evaluate", tmp_path, file=None, key="k") == tmp_path.resolve() / ".orchestra/cli/evaluate"
     assert check_input("data/x", tmp_path, file=None, key="k") == tmp_path.resolve() / "data/x"
 
 
@@ -76,6 +78,7 @@ def test_only_paths_the_stage_wrote_may_be_replaced(tmp_path):
     with pytest.raises(ConfigError, match="exists and was not written by stage 's'"):
         check_replaceable("s", {"x": mine}, tmp_path, state)
     record_outputs("s", [mine], state)
+    record_outputs("s", [tmp_path / "data/other"], state)  # another run's paths add to the record
     check_replaceable("s", {"x": mine}, tmp_path, state)
     with pytest.raises(ConfigError, match="s.outs.y: output path .*pipelines exists"):
         check_replaceable("s", {"y": foreign}, tmp_path, state)
