@@ -37,9 +37,22 @@ def _stopped(exc: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from toolorchestra.core.stopping import Stopped, requested_stop, stop_on_signals
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _main(argv)
+    finally:  # a caller that runs commands in-process (tests) gets its own handlers back
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> int:
+    from toolorchestra.core.stopping import Stopped, forget_stops, requested_stop, stop_on_signals
 
     _register_commands()
+    forget_stops()
     stop_on_signals()  # SIGTERM unwinds like Ctrl-C: every `finally` runs (commands may refine this)
     try:
         # Without standalone mode click returns a command's `typer.Exit` code instead of exiting

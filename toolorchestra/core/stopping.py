@@ -54,6 +54,11 @@ def exit_code(exc: BaseException) -> int:
     return 128 + stop_signal(exc)
 
 
+def forget_stops() -> None:
+    """Start a new command with no stop recorded (the CLI's `main` may run several in one process)."""
+    _requested.clear()
+
+
 def requested_stop() -> int | None:
     """The signal of the first stop raised in this process, None if there was none."""
     return _requested[0] if _requested else None
