@@ -2,22 +2,27 @@
 
 Stages come from the DVC graph, so a stage added to dvc.yaml joins the flow with no change here.
 Each flow run opens a parent MLflow run; each stage's run is its child. Stages run one at a time
-(DVC holds a repository lock). `evaluate` and `promote` are the same flow over a sub-graph.
+(DVC holds a repository lock). `evaluate` and `promote` are the same flow over a sub-graph. A
+stage stopped by Ctrl-C or SIGTERM stops the flow as `Stopped` (its MLflow run ends KILLED,
+nothing is retried).
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from flows.report import publish_summary
-from stagekit.graph import StageOutcome, push, stage_order
+from stagekit.graph import StageFailed, StageOutcome, push, stage_order
 from stagekit.runner import check_all_params
 from stagekit.tracking import flow_run as mlflow_flow_run
 from tasks.stage import run_stage
+from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import load_settings
+from toolorchestra.core.stopping import Stopped
 
 
 def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force: list[str] | None,
@@ -30,12 +35,17 @@ def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force:
     forced = set(force or [])
     unknown = forced - set(order)
     if unknown:
-        raise ValueError(f"--force names stages not in this flow: {sorted(unknown)}; stages: {order}")
+        raise ConfigError(None, f"names stages not in this flow: {sorted(unknown)}; stages: {order}", key="force")
     outcomes: list[StageOutcome] = []
     with mlflow_flow_run(settings, flow_name, flow_run_id=str(flow_run.get_id() or ""),
                          params={"stages": ",".join(order), "force": ",".join(sorted(forced))}) as parent:
         for name in order:
-            outcome = run_stage.with_options(task_run_name=name)(name, str(root), force=name in forced)
+            try:
+                outcome = run_stage.with_options(task_run_name=name)(name, str(root), force=name in forced)
+            except StageFailed as exc:
+                if exc.kind == "killed":  # Ctrl-C or SIGTERM reached the stage: the flow stops as well
+                    raise Stopped(signal.SIGTERM if "SIGTERM" in exc.message else signal.SIGINT) from None
+                raise
             logger.info("%s: %s", name, f"ran in {outcome.seconds:.1f}s" if outcome.ran else "up to date, skipped")
             outcomes.append(outcome)
         if push_outputs:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -63,6 +62,8 @@ def ask(
 ) -> None:
     """Run the orchestrator on QUESTION and print its trajectory."""
     from toolorchestra.agent.loop import Orchestrator
+    from toolorchestra.core.errors import ConfigError, OrchestraError
+    from toolorchestra.core.fs import json_text
     from toolorchestra.core.settings import load_settings
     from toolorchestra.registry.policy import is_registry_ref, load_policy
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
@@ -77,14 +78,21 @@ def ask(
         cat = cat or load_embedded_catalog()
         llm, price = resolve_policy(cat, policy, settings)
     only = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    unknown = sorted(set(only or []) - {t.name for t in cat.tools})
+    if unknown:
+        raise ConfigError(None, f"{', '.join(unknown)}: not in the catalog; its tools: "
+                          f"{', '.join(t.name for t in cat.tools)}", key="--tools")
     toolbox = build_toolbox(cat, settings, only=only)
     orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns,
                                 max_tokens=max_tokens, temperature=temperature, budget_usd=budget)
     trajectory = orchestrator.run(question, preference)
     trace_id = _trace(trajectory, settings, policy) if trace else None
     if as_json:
-        typer.echo(json.dumps({**trajectory.summary(), "trace_id": trace_id}, ensure_ascii=False))
+        # json_text: valid UTF-8 even if the model wrote a lone surrogate
+        typer.echo(json_text({**trajectory.summary(), "trace_id": trace_id}))
     else:
         from orchestra_cli.render import print_trajectory
 
         print_trajectory(trajectory)
+    if trajectory.stop_reason == "policy_error":  # the trajectory is shown, but this is no answer
+        raise OrchestraError(f"the policy failed: {trajectory.error}")

@@ -60,6 +60,7 @@ def runs(
 ) -> None:
     """Flow runs, newest first, with their key metrics."""
     import mlflow
+
     from stagekit.tracking import configure
     from toolorchestra.core.errors import OrchestraError
     from toolorchestra.core.settings import load_settings

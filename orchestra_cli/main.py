@@ -2,7 +2,8 @@
 
 Each command group lives in its own module and registers itself on `app` (`orchestra_cli.app`);
 heavy libraries are imported inside the commands so `orchestra --help` stays fast. Errors derived
-from `OrchestraError` are printed as one line (no traceback) with exit code 2.
+from `OrchestraError` are printed as one line (no traceback) with exit code 2; a stop (Ctrl-C,
+SIGTERM) is one line too, with the shell's exit code for the signal (130, 143).
 """
 
 from __future__ import annotations
@@ -29,10 +30,37 @@ COMMAND_MODULES = (ask, audit, calibrate, descpref, doctor, evalpromote, run, se
 """Each registered its commands on `app` when imported."""
 
 
+def _stopped(exc: BaseException) -> int:
+    """Ctrl-C, or SIGTERM as `Stopped`: a requested stop, one line and no traceback."""
+    from toolorchestra.core.stopping import exit_code, signal_name, stop_signal
+
+    err_console.print(f"[bold red]stopped[/] by {signal_name(stop_signal(exc))}", highlight=False)
+    return exit_code(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        # Without standalone mode click returns a command's `typer.Exit` code instead of exiting.
+        return _main(argv)
+    finally:  # a caller that runs commands in-process (tests) gets its own handlers back
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> int:
+    from toolorchestra.core.stopping import Stopped, forget_stops, requested_stop, stop_on_signals
+
+    forget_stops()
+    stop_on_signals()  # SIGTERM unwinds like Ctrl-C: every `finally` runs (commands may refine this)
+    try:
+        # Without standalone mode click returns a command's `typer.Exit` code instead of exiting
+        # (and a KeyboardInterrupt as 130).
         code = app(args=argv, standalone_mode=False)
+        if requested_stop() is not None:
+            return _stopped(Stopped(requested_stop()))
         if isinstance(code, int):
             return code
     except OrchestraError as exc:
@@ -43,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("aborted")
         return 130
+    except KeyboardInterrupt as exc:
+        return _stopped(exc)
     except Exception as exc:  # click usage errors carry their own exit code
         import click
 

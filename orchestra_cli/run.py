@@ -53,14 +53,19 @@ def run(
     """Run the retraining flow (every out-of-date stage) on this workspace."""
     from filelock import Timeout
 
-    from toolorchestra.core.errors import OrchestraError
+    from orchestra_cli.lifeline import forward_stop, start_watchdog
+    from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import atomic_write_text
     from toolorchestra.core.settings import load_settings
+    from toolorchestra.core.stopping import stop_on_signals
 
     settings = load_settings()
     root = settings.workspace
     if not (root / "dvc.yaml").exists() or not (root / ".dvc").is_dir():
         raise OrchestraError(f"{root} is not a pipeline workspace (needs dvc.yaml and `dvc init`)")
+    # No process outlives the run: SIGTERM stops the stage first, a watchdog covers SIGKILL.
+    watchdog = start_watchdog(settings.tracking_uri)
+    stop_on_signals(before=lambda signum: forward_stop(signum, exclude={watchdog.pid}))
     prefect_environment(settings)
     lock = workspace_lock(settings, wait)
     try:
@@ -75,9 +80,19 @@ def run(
         from stagekit.runner import check_all_params
 
         # Broken parameters are reported before anything runs (and before params.yaml changes).
-        check_all_params(params.resolve() if params else root / "params.yaml", stage_order(root), settings)
+        order = stage_order(root)
+        check_all_params(params.resolve() if params else root / "params.yaml", order, settings)
+        for option, names in (("--force", force), ("--until", until)):
+            unknown = sorted(set(names or []) - set(order))
+            if unknown:
+                raise ConfigError(None, f"no stage {', '.join(unknown)} in dvc.yaml; stages: {', '.join(order)}",
+                                  key=option)
         if params is not None:
             atomic_write_text(root / "params.yaml", params.read_text())
+        if not settings.prefect_api_url and not os.environ.get("PREFECT_API_URL"):
+            from orchestra_cli.lifeline import start_detached_prefect_server
+
+            start_detached_prefect_server()
         from flows import retrain as flows
 
         chosen = {"retrain": flows.retrain, "evaluate": flows.evaluate, "promote": flows.promote}.get(flow_name)

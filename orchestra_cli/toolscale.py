@@ -28,9 +28,9 @@ from orchestra_cli.app import app
 def synthesize(
     domain: Annotated[str, typer.Option(help="domain folder with db.json, or an embedded domain name")],
     out: Annotated[Path, typer.Option(help="folder to write the synthesized domain into")],
-    tasks: Annotated[int, typer.Option(min=1, help="number of tasks")] = 60,
+    tasks: Annotated[int, typer.Option(min=1, max=100_000, help="number of tasks")] = 60,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
-    qa: Annotated[int, typer.Option(min=0, help="number of QA items")] = 40,
+    qa: Annotated[int, typer.Option(min=0, max=100_000, help="number of QA items")] = 40,
     evolve_fraction: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of evolved tasks")] = 0.25,
 ) -> None:
     """Synthesize tools, tasks and QA items for one domain."""

@@ -69,7 +69,7 @@ class Params(StageParams):
     methods: MethodsConfig = MethodsConfig()
     episode: EpisodeConfig = EpisodeConfig(max_turns=3, max_tokens=64)
     prompt: PromptConfig = PromptConfig()
-    batch_size: int = Field(16, ge=1)
+    batch_size: int = Field(16, ge=1, le=4_096)
     adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
     judge: JudgeConfig = JudgeConfig()
     tools: list[str] | None = Field(None, description="catalog tools every method is offered (None: all)")

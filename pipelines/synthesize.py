@@ -37,8 +37,8 @@ class LLMParams(BaseModel):
     backend: LLMConfig | None = None
     descriptions: list[str] = []
     """One business description per LLM-synthesized domain, e.g. "a bike rental shop"."""
-    tasks: int = Field(4, ge=1)
-    records_per_table: int = Field(6, ge=2)
+    tasks: int = Field(4, ge=1, le=10_000)
+    records_per_table: int = Field(6, ge=2, le=10_000)
 
     @model_validator(mode="after")
     def _complete(self) -> LLMParams:
@@ -52,10 +52,10 @@ class Params(StageParams):
 
     seed: int = 0
     domains: list[str] = ["library", "clinic", "telecom"]
-    db_size: int = Field(40, ge=2)
-    tasks_per_domain: int = Field(60, ge=1)
+    db_size: int = Field(40, ge=2, le=100_000)
+    tasks_per_domain: int = Field(60, ge=1, le=100_000)
     evolve_fraction: float = Field(0.25, ge=0, le=1)
-    qa_per_domain: int = Field(40, ge=0)
+    qa_per_domain: int = Field(40, ge=0, le=100_000)
     procedural: ProceduralConfig = ProceduralConfig()
     llm: LLMParams = LLMParams()
 

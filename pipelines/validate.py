@@ -10,7 +10,7 @@ failing expectations, so the stage fails and nothing moves into place.
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.errors import OrchestraError
@@ -21,10 +21,10 @@ class Params(StageParams):
     REQUIRED_DEPS = {"toolscale": "data/toolscale"}
     REQUIRED_OUTS = {"validated": "data/validated", "report": "reports/validation"}
 
-    min_actions: int = 1
-    max_actions: int = 30
-    min_tasks_per_domain: int = 1
-    min_qa: int = 1
+    min_actions: int = Field(1, ge=0, le=10_000)
+    max_actions: int = Field(30, ge=1, le=10_000)
+    min_tasks_per_domain: int = Field(1, ge=0, le=1_000_000)
+    min_qa: int = Field(1, ge=0, le=1_000_000)
     pass_at_k: PassAtK = PassAtK()
 
     @model_validator(mode="after")

@@ -5,7 +5,8 @@ is skipped; one that runs is reproduced by `dvc repro --single-item` in a subpro
 its repository lock and records the new hashes in `dvc.lock`.
 
 A stage that fails tells why through the status file the runner writes (`stagekit.status`):
-`invalid` (bad parameters or data; retrying cannot help) or `crash` (anything else; worth a retry).
+`invalid` (bad parameters or data; retrying cannot help), `killed` (stopped by Ctrl-C or SIGTERM;
+never retried) or `crash` (anything else; worth a retry).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 
 from stagekit.status import read_status, status_file
 from toolorchestra.core.errors import OrchestraError
+from toolorchestra.core.paths import remove_stale_staging
 
 
 class StageFailed(OrchestraError):
@@ -34,7 +36,8 @@ class StageFailed(OrchestraError):
 
     @property
     def transient(self) -> bool:
-        return self.kind != "invalid"
+        """Worth a retry: not bad parameters or data, and not a stop someone asked for."""
+        return self.kind not in ("invalid", "killed")
 
 
 class StageOutcome(BaseModel):
@@ -106,8 +109,16 @@ def reproduce(workspace: Path, name: str, *, force: bool = False) -> StageOutcom
         status = read_status(workspace, name)
         raise StageFailed(name, status.get("kind") or "crash", status.get("message") or str(exc)) from None
     seconds = time.perf_counter() - started
+    # Restored from DVC's run cache, the stage did not run: clear a killed run's staging leftovers.
+    for out in _stage_outs(workspace, name):
+        remove_stale_staging(out)
     status = read_status(workspace, name)
     return StageOutcome(stage=name, ran=True, seconds=seconds, metrics=status.get("metrics", {}), changes=changes)
+
+
+def _stage_outs(workspace: Path, name: str) -> list[Path]:
+    with _repo(workspace) as repo:
+        return [Path(out.fs_path) for stage in repo.index.stages if stage.name == name for out in stage.outs]
 
 
 def push(workspace: Path, remote: str | None = None) -> int:

@@ -30,13 +30,14 @@ from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.fs import atomic_write_json, replace_path
 from toolorchestra.core.paths import check_replaceable, check_stage_paths, record_outputs, resolve_user_path
 from toolorchestra.core.settings import Settings, load_settings
+from toolorchestra.core.yaml_strict import strict_load
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def load_params_file(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = strict_load(path.read_text(encoding="utf-8"))  # a key written twice is an error
     except OSError as exc:
         raise ConfigError(path, f"cannot read parameters: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -145,7 +146,8 @@ def _check_metrics(stage: str, metrics: Any) -> dict[str, float]:
 def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: Settings | None = None,
               track: bool = True) -> dict[str, float]:
     """Run a stage and record its outcome in `.orchestra/stage-status/<name>.json` for the flow:
-    `invalid` for problems with parameters or data (`OrchestraError`), `crash` for the rest."""
+    `invalid` for problems with parameters or data (`OrchestraError`), `killed` for a requested stop
+    (Ctrl-C, SIGTERM), `crash` for the rest."""
     from stagekit.status import write_status
 
     params_file = Path(params_file).resolve()
@@ -154,6 +156,9 @@ def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: S
         metrics = _run_stage(name, params_file, settings, track)
     except OrchestraError as exc:
         write_status(workspace, name, ok=False, kind="invalid", message=str(exc))
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (core/stopping.py): stopped, not crashed
+        write_status(workspace, name, ok=False, kind="killed", message=str(exc) or "stopped by SIGINT")
         raise
     except BaseException as exc:
         write_status(workspace, name, ok=False, kind="crash", message=f"{type(exc).__name__}: {exc}")
@@ -223,7 +228,19 @@ def check_all_params(params_file: Path, stages: list[str], settings: Settings | 
     """Validate every stage's parameters and paths up front, so a broken file stops a flow before it starts."""
     settings = settings or load_settings(workspace=params_file.resolve().parent)
     all_params = load_params_file(params_file)
+    for section in all_params:  # a misspelt section would otherwise be ignored silently
+        if section != "base" and not _is_stage(section):
+            raise ConfigError(params_file, f"unknown section: no stage {section!r} (stages: {', '.join(stages)})",
+                              key=section)
     for name in stages:
         params = validate_params(name, stage_module(name), all_params, params_file)
         check_stage_paths(name, params.deps, params.outs, settings.workspace, state=settings.state,
                           read_only_roots=settings.read_only_roots, file=params_file)
+
+
+def _is_stage(name: str) -> bool:
+    try:
+        stage_module(name)
+    except ConfigError:
+        return False
+    return True

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from toolorchestra.core.settings import Settings
+from toolorchestra.core.stopping import RUN_TOKEN_ENV, RUN_TOKEN_TAG
 
 PARENT_RUN_ENV = "ORCHESTRA_PARENT_RUN_ID"
 FLOW_RUN_ENV = "ORCHESTRA_FLOW_RUN_ID"
@@ -106,6 +107,23 @@ def flatten(prefix: str, value: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
+def ended_killed_on_stop() -> Iterator[None]:
+    """A run stopped by Ctrl-C or SIGTERM ends KILLED (mlflow's own exit would say FAILED). Runs
+    also carry the `orchestra run` token (`RUN_TOKEN_ENV`), so its watchdog can end them KILLED
+    after a SIGKILL, when nothing in the run can (orchestra_cli/lifeline.py)."""
+    import mlflow
+
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            raise  # a failure: mlflow's own exit marks it FAILED
+        # KeyboardInterrupt (Ctrl-C, `Stopped`), SystemExit, Prefect's TerminationSignal: a stop.
+        mlflow.end_run("KILLED")
+        raise
+
+
+@contextlib.contextmanager
 def stage_run(settings: Settings, stage: str, *, params: dict[str, Any], deps: list[str]) -> Iterator[Any]:
     """An MLflow run for one stage, child of the flow's run when `ORCHESTRA_PARENT_RUN_ID` is set."""
     import mlflow
@@ -117,12 +135,15 @@ def stage_run(settings: Settings, stage: str, *, params: dict[str, Any], deps: l
         tags[f"dvc.dep.{path}"] = md5
     if os.environ.get(FLOW_RUN_ENV):
         tags["prefect.flow_run_id"] = os.environ[FLOW_RUN_ENV]
+    if os.environ.get(RUN_TOKEN_ENV):
+        tags[RUN_TOKEN_TAG] = os.environ[RUN_TOKEN_ENV]
     parent = os.environ.get(PARENT_RUN_ENV) or None
     with mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent, tags=tags) as run:
         flat = {k: v for k, v in flatten("", params).items()}
         # MLflow caps a param value at 6000 characters; long lists are summarised.
         mlflow.log_params({k: (str(v)[:500]) for k, v in flat.items()})
-        yield run
+        with ended_killed_on_stop():
+            yield run
 
 
 @contextlib.contextmanager
@@ -142,8 +163,11 @@ def flow_run(settings: Settings, flow: str, *, flow_run_id: str | None = None,
     tags = {"orchestra.flow": flow, "git.commit": sha, "mlflow.source.git.commit": sha, "git.dirty": str(dirty)}
     if flow_run_id:
         tags["prefect.flow_run_id"] = flow_run_id
+    if os.environ.get(RUN_TOKEN_ENV):
+        tags[RUN_TOKEN_TAG] = os.environ[RUN_TOKEN_ENV]
     saved = {k: os.environ.get(k) for k in (PARENT_RUN_ENV, FLOW_RUN_ENV)}
-    with mlflow.start_run(experiment_id=experiment_id, run_name=flow, tags=tags) as run:
+    # The lock artifact (finally, below) is logged before a stopped run is ended KILLED.
+    with mlflow.start_run(experiment_id=experiment_id, run_name=flow, tags=tags) as run, ended_killed_on_stop():
         os.environ[PARENT_RUN_ENV] = run.info.run_id
         if flow_run_id:
             os.environ[FLOW_RUN_ENV] = flow_run_id

@@ -10,6 +10,7 @@ from helpers.eval_fixtures import save_tiny_model
 def test_ask_is_one_trace_in_the_ask_experiment(tiny_llm, tmp_path, monkeypatch, capsys):
     import mlflow
     from mlflow import MlflowClient
+
     from orchestra_cli.main import main
 
     model = save_tiny_model(tiny_llm, tmp_path / "tiny")

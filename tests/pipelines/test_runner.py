@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import types
@@ -149,3 +150,47 @@ def test_partial_outputs_of_a_failed_stage_are_kept_aside(workspace):
     from stagekit.status import read_status
 
     assert read_status(workspace, "fakestage")["kind"] == "crash"
+
+
+def test_a_stopped_stage_is_recorded_killed_and_its_mlflow_run_ends_killed(workspace, monkeypatch):
+    """Ctrl-C or SIGTERM mid-stage (`Stopped`) is a stop, not a crash: status `killed` (the flow
+    never retries it), MLflow run KILLED (not FAILED), and no output reaches its final path."""
+    import mlflow
+
+    from stagekit.graph import StageFailed
+    from stagekit.status import read_status
+    from toolorchestra.core.stopping import Stopped
+
+    def stopped_run(params, paths):
+        (paths.outs["table"]).write_text("partial")
+        raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(sys.modules["pipelines.fakestage"], "run", stopped_run)
+    s = settings(workspace)
+    with pytest.raises(Stopped):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=s)
+    assert read_status(workspace, "fakestage") | {"time": 0} == {
+        "stage": "fakestage", "ok": False, "kind": "killed", "message": "stopped by SIGTERM", "metrics": {}, "time": 0}
+    assert not StageFailed("fakestage", "killed", "stopped by SIGTERM").transient
+    mlflow.set_tracking_uri(s.tracking_uri)
+    from stagekit.tracking import configure
+
+    runs = mlflow.search_runs([configure(s)], output_format="list")
+    assert [r.info.status for r in runs] == ["KILLED"]
+    assert not (workspace / "out" / "table.txt").exists()
+
+
+def test_a_key_written_twice_is_an_error_naming_the_line(workspace):
+    (workspace / "params.yaml").write_text("fakestage:\n  factor: 2\n  deps: {source: data/source.txt}\n"
+                                          "  factor: 3\n")
+    with pytest.raises(ConfigError, match=r"params.yaml: invalid YAML at line 4, column 3: duplicate key 'factor' "
+                                          r"\(first at line 2\)"):
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=settings(workspace), track=False)
+
+
+def test_an_unknown_section_is_refused_up_front(workspace):
+    from stagekit.runner import check_all_params
+
+    (workspace / "params.yaml").write_text(yaml.safe_dump({"base": {}, "fakestage": {}, "synthesise": {"db_size": 9}}))
+    with pytest.raises(ConfigError, match="params.yaml: synthesise: unknown section: no stage 'synthesise'"):
+        check_all_params(workspace / "params.yaml", ["fakestage"], settings(workspace))

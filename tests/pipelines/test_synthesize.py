@@ -68,6 +68,9 @@ def test_seed_database_folder_as_dep(tmp_path):
         ({"llm": {"enabled": True}}, "llm.enabled needs llm.backend"),
         ({"procedural": {"max_hops": 9}}, "synthesize.procedural.max_hops"),
         ({"colour": "red"}, "synthesize.colour: Extra inputs are not permitted"),
+        # Sizes are bounded, the bound named: 1e12 rows used to grow memory without end.
+        ({"db_size": 10**12}, "synthesize.db_size: Input should be less than or equal to 100000"),
+        ({"tasks_per_domain": 10**9}, "synthesize.tasks_per_domain: Input should be less than or equal to 100000"),
     ],
 )
 def test_bad_parameters(tmp_path, section, pattern):

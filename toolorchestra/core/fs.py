@@ -37,12 +37,24 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_text(obj: Any, *, indent: int | None = None) -> str:
+    """JSON that is always valid UTF-8: readable non-ASCII text, except when a string holds a lone
+    surrogate (model output can), which UTF-8 cannot encode: then that document is written with
+    `\\uXXXX` escapes instead (still the same JSON value)."""
+    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, indent=indent, ensure_ascii=True)
+    return text
+
+
 def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, json_text(obj, indent=indent) + "\n")
 
 
 def atomic_write_jsonl(path: str | Path, rows: Any) -> Path:
-    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return atomic_write_text(path, "".join(json_text(r) + "\n" for r in rows))
 
 
 def replace_path(staged: str | Path, final: str | Path) -> Path:

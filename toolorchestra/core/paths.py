@@ -2,7 +2,8 @@
 
 Every such path is resolved (symlinks included) before anything is read or written:
 - an output must lie inside the workspace, and neither be the workspace itself nor lie in (or
-  contain) the folders the pipeline keeps its state in (`.git`, `.dvc`, the state folder);
+  contain) `.git` or `.dvc`, nor be (or contain) the state folder (`.orchestra/`; ad-hoc commands
+  write below it);
 - an input must lie inside the workspace or under a read-only root: the installed `toolorchestra`
   package (its embedded catalogs and domains) or a folder the user allowed with
   `ORCHESTRA_READ_ONLY_ROOTS` (a JSON list, e.g. `'["/data/tau2"]'`).
@@ -52,12 +53,15 @@ def check_output(value: str | Path, workspace: Path, *, state: Path | None = Non
     if not is_within(path, workspace):
         raise ConfigError(file, f"output path {str(value)!r} resolves to {path}, outside the workspace "
                           f"{workspace}", key=key)
-    protected = [workspace / name for name in _STATE_NAMES]
-    protected.append((state or workspace / ".orchestra").resolve())
     if path == workspace:
         raise ConfigError(file, f"output path {str(value)!r} is the workspace itself", key=key)
-    for folder in protected:
-        if is_within(path, folder) or is_within(folder, path):
+    # Never in (or around) git's and DVC's folders; around the state folder neither, but inside it
+    # is where ad-hoc commands keep their outputs (`.orchestra/cli/...`), and what exists there
+    # is still never replaced unless a stage wrote it (check_replaceable).
+    state = (state or workspace / ".orchestra").resolve()
+    for folder in [workspace / name for name in _STATE_NAMES] + [state]:
+        inside = is_within(path, folder) and folder != state
+        if inside or is_within(folder, path):
             raise ConfigError(file, f"output path {str(value)!r} ({path}) overlaps the state folder {folder}",
                               key=key)
     return path
@@ -146,3 +150,33 @@ def check_output_folder(value: str | Path, workspace: Path, *, state: Path | Non
     if path.exists() and not path.is_dir():
         raise ConfigError(None, f"{value} is a file; expected a folder to write into", key=key)
     return path
+
+
+def remove_stale_staging(final: Path) -> list[Path]:
+    """Remove the `.NAME.staging-PID` siblings of `final` whose process is gone (a killed stage's
+    leftovers); they are never complete and never looked at again. Returns what was removed."""
+    import shutil
+
+    removed = []
+    for stale in final.parent.glob(f".{final.name}.staging-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue  # a stage is writing there right now
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

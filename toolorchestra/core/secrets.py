@@ -29,11 +29,6 @@ def check_key_name(env_var: str | None, *, settings: Settings | None = None, fil
                           "allow another with ORCHESTRA_CREDENTIAL_HOSTS)", key=key)
 
 
-def host_of(url: str) -> str:
-    parts = urlsplit(url)
-    return (parts.hostname or "").lower()
-
-
 def approved_secret(env_var: str | None, url: str | None, *, settings: Settings | None = None,
                     key: str = "api_key_env") -> str | None:
     """The value of `env_var` for a request to `url` (None: no variable, or it is unset).

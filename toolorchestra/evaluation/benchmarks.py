@@ -85,7 +85,7 @@ class _Spec(BaseModel):
     model_config = _STRICT
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    max_tasks: int | None = Field(None, ge=1, description="seeded, stratified sample; None: every task")
+    max_tasks: int | None = Field(None, ge=1, le=1_000_000, description="seeded, stratified sample; None: every task")
 
 
 class ToolScaleSpec(_Spec):

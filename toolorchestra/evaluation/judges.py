@@ -151,7 +151,7 @@ class JudgeConfig(BaseModel):
 
     model: str | None = None
     backend: LLMConfig | None = None
-    max_tokens: int = Field(8, ge=1)
+    max_tokens: int = Field(8, ge=1, le=32_768)
 
     @model_validator(mode="after")
     def _one(self) -> JudgeConfig:

@@ -55,7 +55,7 @@ class PromptConfig(BaseModel):
     model_config = _STRICT
 
     include_policy: bool = True
-    max_policy_chars: int = Field(4000, ge=0)
+    max_policy_chars: int = Field(4000, ge=0, le=1_000_000)
     show_prices: bool = True
 
 
@@ -67,7 +67,7 @@ class EvalConfig(BaseModel):
     batch_size: int = Field(16, ge=1, description="episodes run in lockstep (one batched generation per turn)")
     seed: int = 0
     adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
-    judge_workers: int = Field(4, ge=1)
+    judge_workers: int = Field(4, ge=1, le=256)
 
 
 class _Domains(DomainLocator):

@@ -53,9 +53,10 @@ class OpenAILLMConfig(BaseModel):
     model: str
     base_url: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds per attempt")
     max_attempts: int = Field(4, ge=1, le=20)
-    backoff_s: float = Field(0.5, ge=0)
+    backoff_s: float = Field(0.5, ge=0, le=60)
+    max_total_s: float = Field(60.0, gt=0, le=7200, description="seconds per call, retries included")
 
 
 LLMConfig = Annotated[LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, Field(discriminator="kind")]
@@ -142,6 +143,7 @@ def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, sett
                 timeout_s=config.timeout_s,
                 max_attempts=config.max_attempts,
                 backoff_s=config.backoff_s,
+                max_total_s=config.max_total_s,
             )
         _cache[key] = llm
         return llm

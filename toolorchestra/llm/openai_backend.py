@@ -1,7 +1,9 @@
 """Any OpenAI-compatible chat endpoint (vLLM `serve`, llama.cpp's server, hosted APIs).
 
 Uses the official `openai` client with its own retries switched off and tenacity around each call:
-exponential backoff on 429, 5xx, timeouts and connection errors; other 4xx fail at once. The API
+exponential backoff on 429, 5xx, timeouts and connection errors; other 4xx fail at once. A call
+takes at most about `max_total_s` (default 60 s) however the server misbehaves: each attempt's
+timeout (`timeout_s`, default 30 s) is cut to the time left, and no attempt starts after it. The API
 key is read from the environment variable the config names, never stored or logged.
 """
 
@@ -16,6 +18,7 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
+    stop_after_delay,
     wait_exponential,
 )
 
@@ -56,10 +59,11 @@ class OpenAILLM(LLM):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout_s: float = 60.0,
+        timeout_s: float = 30.0,
         max_attempts: int = 4,
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
+        max_total_s: float = 60.0,
     ) -> None:
         import openai
 
@@ -70,8 +74,11 @@ class OpenAILLM(LLM):
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
         )
+        self.timeout_s, self.max_total_s = timeout_s, max_total_s
         self._retry = dict(
-            stop=stop_after_attempt(max_attempts),
+            # A hung server costs at most ~max_total_s (not max_attempts x timeout_s): no attempt
+            # starts after it, and each one's timeout is cut to what is left of it.
+            stop=stop_after_attempt(max_attempts) | stop_after_delay(max_total_s),
             wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s),
             retry=retry_if_exception(_transient),
             reraise=False,
@@ -104,7 +111,9 @@ class OpenAILLM(LLM):
         try:
             for attempt in Retrying(**self._retry):
                 with attempt:
-                    response = self._client.chat.completions.create(**request)
+                    left = self.max_total_s - (time.perf_counter() - started)
+                    timeout = min(self.timeout_s, max(left, 0.1))
+                    response = self._client.chat.completions.create(**request, timeout=timeout)
         except RetryError as exc:
             last = exc.last_attempt.exception()
             raise LLMError(

@@ -47,7 +47,7 @@ class ProposeConfig(BaseModel):
     pairs: int = Field(32, ge=1, le=10_000, description="stop once this many pairs are accepted")
     per_request: int = Field(8, ge=1, le=50)
     max_requests: int = Field(8, ge=1, le=1_000)
-    max_tokens: int = Field(768, ge=16)
+    max_tokens: int = Field(768, ge=16, le=131_072)
     temperature: float = Field(0.8, ge=0.0, le=2.0)
     seed: int = 0
 

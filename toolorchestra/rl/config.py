@@ -26,8 +26,8 @@ class DataConfig(BaseModel):
 
     split: str = Field("train", description="split of a datasets folder to train on")
     kinds: list[Literal["tool_use", "qa"]] = Field(default_factory=lambda: ["tool_use", "qa"])
-    max_instances: int | None = Field(None, ge=1, description="cap (a seeded sample) for tiny profiles")
-    max_actions: int | None = Field(None, ge=1, description="keep tool-use tasks with at most this many golden calls")
+    max_instances: int | None = Field(None, ge=1, le=10_000_000, description="cap (a seeded sample) for tiny profiles")
+    max_actions: int | None = Field(None, ge=1, le=10_000, description="keep tool-use tasks with at most this many golden calls")
     assembly: dict[str, object] = Field(
         default_factory=dict,
         description="AssemblyConfig fields, used only when instances are assembled from validated tasks here",
@@ -40,11 +40,11 @@ class SFTSettings(BaseModel):
     model_config = _STRICT
 
     enabled: bool = True
-    steps: int = Field(6, ge=1)
-    batch_size: int = Field(2, ge=1)
+    steps: int = Field(6, ge=1, le=1_000_000)
+    batch_size: int = Field(2, ge=1, le=65_536)
     learning_rate: float = Field(1e-4, gt=0)
-    max_length: int = Field(4096, ge=64, description="tokens per example; longer examples are dropped")
-    max_examples: int | None = Field(64, ge=1)
+    max_length: int = Field(4096, ge=64, le=1_048_576, description="tokens per example; longer examples are dropped")
+    max_examples: int | None = Field(64, ge=1, le=10_000_000)
 
 
 class GRPOSettings(BaseModel):
@@ -52,9 +52,9 @@ class GRPOSettings(BaseModel):
 
     model_config = _STRICT
 
-    steps: int = Field(3, ge=1)
+    steps: int = Field(3, ge=1, le=1_000_000)
     num_generations: int = Field(4, ge=2, description="rollouts per instance: one GRPO group")
-    prompts_per_step: int = Field(1, ge=1, description="groups per optimisation step")
+    prompts_per_step: int = Field(1, ge=1, le=65_536, description="groups per optimisation step")
     learning_rate: float = Field(1e-5, gt=0)
     beta: float = Field(0.0, ge=0, description="KL coefficient; > 0 loads a frozen reference model")
     epsilon: float = Field(0.2, gt=0)
@@ -62,8 +62,8 @@ class GRPOSettings(BaseModel):
     clip_advantage: float = Field(3.0, gt=0)
     min_std: float = Field(0.1, ge=0, description="groups whose reward spread is at most this are filtered")
     temperature: float = Field(1.0, gt=0)
-    max_completion_length: int = Field(1024, ge=16, description="tokens of a whole multi-turn completion")
-    save_steps: int = Field(1, ge=1)
+    max_completion_length: int = Field(1024, ge=16, le=1_048_576, description="tokens of a whole multi-turn completion")
+    save_steps: int = Field(1, ge=1, le=1_000_000)
     loss_type: str = "dapo"
     gradient_checkpointing: bool = False
 
@@ -80,24 +80,24 @@ class VerlSettings(BaseModel):
     model_config = _STRICT
 
     model: str = "Qwen/Qwen3-8B"
-    nnodes: int = Field(2, ge=1)
-    n_gpus_per_node: int = Field(8, ge=1)
+    nnodes: int = Field(2, ge=1, le=4_096)
+    n_gpus_per_node: int = Field(8, ge=1, le=64)
     learning_rate: float = Field(1e-6, gt=0)
-    rollouts_per_task: int = Field(8, ge=2)
-    train_batch_size: int = Field(16, ge=1, description="tasks per step")
-    ppo_mini_batch_size: int = Field(16, ge=1)
-    micro_batch_size_per_gpu: int = Field(1, ge=1)
+    rollouts_per_task: int = Field(8, ge=2, le=1_024)
+    train_batch_size: int = Field(16, ge=1, le=1_000_000, description="tasks per step")
+    ppo_mini_batch_size: int = Field(16, ge=1, le=1_000_000)
+    micro_batch_size_per_gpu: int = Field(1, ge=1, le=4_096)
     clip_ratio_low: float = Field(0.2, gt=0)
     clip_ratio_high: float = Field(0.28, gt=0)
     kl_loss_coef: float = Field(1e-4, ge=0)
-    max_turns: int = Field(30, ge=1)
-    prompt_length: int = Field(8192, ge=256)
-    response_length: int = Field(8192, ge=256)
-    max_tool_response_length: int = Field(4096, ge=64)
-    tensor_model_parallel_size: int = Field(2, ge=1)
+    max_turns: int = Field(30, ge=1, le=1_000)
+    prompt_length: int = Field(8192, ge=256, le=1_048_576)
+    response_length: int = Field(8192, ge=256, le=1_048_576)
+    max_tool_response_length: int = Field(4096, ge=64, le=1_048_576)
+    tensor_model_parallel_size: int = Field(2, ge=1, le=64)
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
-    total_epochs: int = Field(1, ge=1)
-    total_training_steps: int | None = Field(None, ge=1)
+    total_epochs: int = Field(1, ge=1, le=100_000)
+    total_training_steps: int | None = Field(None, ge=1, le=100_000_000)
     save_freq: int = Field(10, ge=-1)
     test_freq: int = Field(-1, ge=-1)
     project_name: str = "toolorchestra"

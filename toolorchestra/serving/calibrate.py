@@ -107,6 +107,7 @@ def calibrate(served: ServedModel, items: Sequence[Any], budget_usd: float,
 def record(result: Calibration, served: ServedModel, settings: Any) -> str:
     """The curve as an MLflow run, the choice as tags of the version; returns the run id."""
     import mlflow
+
     from toolorchestra.registry.store import client_for
     from toolorchestra.tracing.trajectory import experiment_id_for
 

@@ -45,8 +45,8 @@ class ProceduralConfig(BaseModel):
     p_condition: float = Field(0.3, ge=0, le=1)
     p_second_write: float = Field(0.2, ge=0, le=1)
     read_only_fraction: float = Field(0.1, ge=0, le=1)
-    max_actions: int = Field(12, ge=1)
-    attempts_per_task: int = Field(20, ge=1)
+    max_actions: int = Field(12, ge=1, le=1_000)
+    attempts_per_task: int = Field(20, ge=1, le=10_000)
     tools: list[str] | None = None
     """Only these tool names may appear in chains (None: all)."""
 

@@ -39,10 +39,10 @@ class PassAtK(BaseModel):
 class ValidationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    min_actions: int = Field(1, ge=0)
-    max_actions: int = Field(30, ge=1)
-    min_tasks_per_domain: int = Field(1, ge=0)
-    min_qa: int = Field(0, ge=0)
+    min_actions: int = Field(1, ge=0, le=10_000)
+    max_actions: int = Field(30, ge=1, le=10_000)
+    min_tasks_per_domain: int = Field(1, ge=0, le=1_000_000)
+    min_qa: int = Field(0, ge=0, le=1_000_000)
     pass_at_k: PassAtK = PassAtK()
 
 

@@ -22,6 +22,7 @@ Relative paths inside a catalog (e.g. a search corpus) resolve against the catal
 from __future__ import annotations
 
 import json
+import logging
 import os
 from importlib import resources
 from pathlib import Path
@@ -36,6 +37,8 @@ from toolorchestra.core.settings import Settings, load_settings
 from toolorchestra.llm.base import Usage
 from toolorchestra.llm.config import LLMConfig, LocalLLMConfig
 from toolorchestra.tools.embeddings import EmbedderConfig, LocalEmbedderConfig
+
+log = logging.getLogger(__name__)
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -68,8 +71,8 @@ class CodeInterpreterBackend(BaseModel):
 
     type: Literal["code_interpreter"] = "code_interpreter"
     wall_time_s: float = Field(10.0, gt=0)
-    memory_mb: int = Field(512, ge=64)
-    max_output_bytes: int = Field(8000, ge=256)
+    memory_mb: int = Field(512, ge=64, le=65_536)
+    max_output_bytes: int = Field(8000, ge=256, le=10_000_000)
 
 
 class LocalSearchBackend(BaseModel):
@@ -78,8 +81,8 @@ class LocalSearchBackend(BaseModel):
     type: Literal["local_search"] = "local_search"
     documents: str = Field(description="folder of .txt/.md/.jsonl documents")
     embedder: EmbedderConfig = Field(default_factory=LocalEmbedderConfig)
-    chunk_chars: int = Field(800, ge=50)
-    chunk_overlap: int = Field(100, ge=0)
+    chunk_chars: int = Field(800, ge=50, le=1_000_000)
+    chunk_overlap: int = Field(100, ge=0, le=1_000_000)
 
 
 class WebSearchBackend(BaseModel):
@@ -105,7 +108,7 @@ class ExpertBackend(BaseModel):
     role: Literal["answer", "reason", "search", "ask"]
     models: list[str] = Field(min_length=1)
     retrieval: str | None = Field(None, description="name of the search tool a `search` expert queries")
-    max_tokens: int = Field(256, ge=1)
+    max_tokens: int = Field(256, ge=1, le=131_072)
 
 
 ToolBackend = Annotated[
@@ -217,7 +220,19 @@ def parse_catalog(data: Any, *, source: str | Path, base_dir: Path | None = None
         key, reason = _first_error(exc)
         raise ConfigError(source, reason, key=key) from None
     check_catalog_keys(catalog, source=source)
+    warn_if_unpriced(catalog, source=source)
     return catalog
+
+
+def warn_if_unpriced(catalog: Catalog, *, source: str | Path) -> bool:
+    """A catalog with models or tools but no price anywhere makes every cost $0 (and the cost
+    term of the reward meaningless): say so once, at load, rather than run at $0 silently."""
+    entries = [m.price for m in catalog.models.values()] + [t.price for t in catalog.tools]
+    if not entries or any(any(p.model_dump().values()) for p in entries):
+        return False
+    log.warning("%s: no model or tool has a price; every cost will be reported as $0 "
+                "(set `price` on the entries the orchestrator should pay for)", source)
+    return True
 
 
 def key_variables(catalog: Catalog) -> dict[str, str]:

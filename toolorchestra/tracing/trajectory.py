@@ -78,9 +78,8 @@ def log_trajectory_trace(trajectory: Trajectory, *, name: str = "orchestra.episo
 
 def _log(trajectory: Trajectory, *, name: str, run_id: str | None, experiment_id: str | None,
          tags: dict[str, str], attributes: dict[str, Any], max_chars: int, ended: float) -> str:
-    from mlflow.entities import SpanStatusCode, SpanType
-
     import mlflow
+    from mlflow.entities import SpanStatusCode, SpanType
 
     secrets = secret_values()
     times = _timeline(trajectory, ended)
@@ -113,9 +112,8 @@ def _log(trajectory: Trajectory, *, name: str, run_id: str | None, experiment_id
 
 def _turn_spans(root: Any, turn: Turn, policy: str, policy_start: float, tool_start: float,
                 secrets: list[str], max_chars: int) -> None:
-    from mlflow.entities import SpanStatusCode, SpanType
-
     import mlflow
+    from mlflow.entities import SpanStatusCode, SpanType
 
     policy_s = max(turn.latency_s - turn.tool_latency_s, 0.0)
     policy_cost = turn.cost_usd - turn.tool_cost_usd

@@ -45,3 +45,15 @@ def test_replace_path_swaps_a_non_empty_folder(tmp_path):
     replace_path(tmp_path / "new", tmp_path / "old")
     assert [p.name for p in (tmp_path / "old").iterdir()] == ["g"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
+
+
+def test_a_lone_surrogate_is_written_as_an_escape_not_a_crash(tmp_path):
+    import json
+
+    from toolorchestra.core.fs import atomic_write_json, atomic_write_jsonl, json_text
+
+    value = {"note": "bad \ud800 surrogate", "ok": "café"}
+    path = atomic_write_json(tmp_path / "a.json", value)
+    assert json.loads(path.read_bytes().decode("utf-8")) == value  # strict UTF-8 on disk
+    assert json.loads(atomic_write_jsonl(tmp_path / "a.jsonl", [value]).read_text(encoding="utf-8")) == value
+    assert json_text({"ok": "café"}) == '{"ok": "café"}'  # readable when it can be

@@ -35,7 +35,7 @@ def test_a_symlink_pointing_out_of_the_workspace_is_refused(tmp_path):
         check_output("data/toolscale", ws, file=None, key="k")
 
 
-@pytest.mark.parametrize("value", [".", ".git", ".git/hooks", ".dvc", ".orchestra", ".orchestra/mlflow.db"])
+@pytest.mark.parametrize("value", [".", ".git", ".git/hooks", ".dvc", ".dvc/cache", ".orchestra"])
 def test_outputs_on_the_workspace_or_its_state_are_refused(tmp_path, value):
     with pytest.raises(ConfigError, match="workspace itself|overlaps the state folder"):
         check_output(value, tmp_path, file=None, key="k")
@@ -43,6 +43,8 @@ def test_outputs_on_the_workspace_or_its_state_are_refused(tmp_path, value):
 
 def test_inside_paths_pass_and_resolve(tmp_path):
     assert check_output("data/x", tmp_path, file=None, key="k") == tmp_path.resolve() / "data/x"
+    # below the state folder: where ad-hoc commands (orchestra evaluate) keep their outputs
+    assert check_output(".orchestra/cli/evaluate", tmp_path, file=None, key="k") == tmp_path.resolve() / ".orchestra/cli/evaluate"
     assert check_input("data/x", tmp_path, file=None, key="k") == tmp_path.resolve() / "data/x"
 
 
@@ -76,6 +78,7 @@ def test_only_paths_the_stage_wrote_may_be_replaced(tmp_path):
     with pytest.raises(ConfigError, match="exists and was not written by stage 's'"):
         check_replaceable("s", {"x": mine}, tmp_path, state)
     record_outputs("s", [mine], state)
+    record_outputs("s", [tmp_path / "data/other"], state)  # another run's paths add to the record
     check_replaceable("s", {"x": mine}, tmp_path, state)
     with pytest.raises(ConfigError, match="s.outs.y: output path .*pipelines exists"):
         check_replaceable("s", {"y": foreign}, tmp_path, state)
@@ -94,3 +97,21 @@ def test_an_ad_hoc_run_does_not_disown_the_pipelines_outputs(tmp_path):
     record_outputs("evaluate", [tmp_path / "reports" / "eval-adhoc"], state)
     assert owned_outputs("evaluate", tmp_path, state) == {tmp_path / "reports" / "eval",
                                                          tmp_path / "reports" / "eval-adhoc"}
+
+
+def test_staging_leftovers_of_dead_stages_are_removed_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+
+    from toolorchestra.core.paths import remove_stale_staging
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    final = tmp_path / "toolscale"
+    (tmp_path / f".toolscale.staging-{gone.pid}").mkdir()
+    (tmp_path / f".toolscale.staging-{gone.pid}" / "part.json").write_text("{}")
+    (tmp_path / f".toolscale.staging-{os.getpid()}").mkdir()  # a stage writing right now
+    (tmp_path / ".other.staging-1").mkdir()  # another output's: not ours to judge
+    removed = remove_stale_staging(final)
+    assert [p.name for p in removed] == [f".toolscale.staging-{gone.pid}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".toolscale.staging-{os.getpid()}", ".other.staging-1"])

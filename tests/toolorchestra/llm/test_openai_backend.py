@@ -132,3 +132,14 @@ def test_text_parsed_tool_results_become_user_tool_responses():
     ])
     assert wire[1] == {"role": "user", "content": "<tool_response>\n42\n</tool_response>"}
     assert wire[2]["role"] == "tool"
+
+
+def test_a_hung_server_costs_at_most_max_total_s(server):
+    """However many attempts are allowed, a server that never answers is an error after about
+    max_total_s (the default is 60 s, not 4 x 60 s as before)."""
+    server.steps.extend([(200, ok_body(), 3.0)] * 20)
+    started = time.perf_counter()
+    with pytest.raises(LLMError, match="APITimeoutError"):
+        make(server, timeout_s=1.0, max_attempts=20, max_total_s=1.5).chat([{"role": "user", "content": "x"}])
+    assert time.perf_counter() - started < 3.0
+    assert OpenAILLM("m").max_total_s == 60.0 and OpenAILLM("m").timeout_s == 30.0

@@ -55,6 +55,7 @@ def test_calibrate_records_the_choice_and_the_server_uses_it(champion, tmp_path,
     import json
 
     from mlflow import MlflowClient
+
     from orchestra_cli.main import main
     from toolorchestra.serving.config import ServeConfig
     from toolorchestra.serving.server import build_app

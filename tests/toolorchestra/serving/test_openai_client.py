@@ -173,6 +173,7 @@ def test_served_requests_become_traces_when_sampled_or_asked(serve, settings, mo
     import random
 
     from mlflow import MlflowClient
+
     from toolorchestra.serving.config import ServeConfig
     from toolorchestra.serving.server import trace_sampler
 

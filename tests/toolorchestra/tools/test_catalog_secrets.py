@@ -137,3 +137,15 @@ def test_a_password_in_a_base_url_never_reaches_an_error_observation():
     with pytest.raises(LLMError) as info:
         llm.chat([{"role": "user", "content": "x"}])
     assert "hunter22pw" not in str(info.value) and "user:***@127.0.0.1:9" in str(info.value)
+
+
+def test_a_catalog_without_any_price_warns_at_load(caplog):
+    data = {"tools": [{"name": "code_interpreter", "kind": "code", "backend": {"type": "code_interpreter"}}]}
+    with caplog.at_level("WARNING", logger="toolorchestra.tools.catalog"):
+        parse_catalog(data, source=Path("free.yaml"))
+    assert "free.yaml: no model or tool has a price; every cost will be reported as $0" in caplog.text
+    caplog.clear()
+    data["tools"][0]["price"] = {"per_call": 0.001}
+    with caplog.at_level("WARNING", logger="toolorchestra.tools.catalog"):
+        parse_catalog(data, source=Path("priced.yaml"))
+    assert "no model or tool has a price" not in caplog.text

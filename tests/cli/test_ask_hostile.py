@@ -1,0 +1,89 @@
+"""`orchestra ask` against a scripted OpenAI-compatible policy on loopback: a lone surrogate in the
+model's tool arguments still gives valid `--json`; a failing policy endpoint is a non-zero exit;
+an unknown `--tools` name is a one-line error (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+import orchestra_cli.ask  # noqa: F401 - registers the command
+from orchestra_cli.main import main
+
+ORCHESTRA = Path(sys.executable).parent / "orchestra"
+# A JSON escape of a lone surrogate: valid JSON, but no UTF-8 encoder takes the decoded string.
+LONE = '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(1)", "note": "\\ud800"}}</tool_call>'
+
+
+@pytest.fixture
+def policy_server() -> Iterator[str]:
+    replies = [LONE, "done"]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            content = replies.pop(0) if replies else "done"
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "policy",
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": content}}],
+                               "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def write_catalog(folder: Path, base_url: str) -> Path:
+    path = folder / "catalog.yaml"
+    path.write_text(yaml.safe_dump({
+        "policy": "p",
+        "models": {"p": {"backend": {"kind": "openai", "model": "policy", "base_url": base_url, "api_key_env": None,
+                                     "max_attempts": 1, "timeout_s": 5},
+                         "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}},
+        "tools": [{"name": "code_interpreter", "kind": "code", "backend": {"type": "code_interpreter"},
+                   "price": {"per_call": 0.001}}],
+    }))
+    return path
+
+
+def test_a_lone_surrogate_in_tool_arguments_gives_valid_json(policy_server, tmp_path):
+    catalog = write_catalog(tmp_path, policy_server)
+    proc = subprocess.run([str(ORCHESTRA), "ask", "hi", "--catalog", str(catalog), "--json", "--max-turns", "3"],
+                          cwd=tmp_path, capture_output=True, timeout=120, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    out = json.loads(proc.stdout.decode("utf-8").strip().splitlines()[-1])  # strict UTF-8: it decodes
+    assert out["turns"][0]["arguments"]["note"] == "\ud800" and out["answer"] == "done"
+
+
+def test_a_failing_policy_endpoint_is_a_non_zero_exit(tmp_path, capsys):
+    catalog = write_catalog(tmp_path, "http://127.0.0.1:9/v1")  # nothing listens on port 9
+    assert main(["ask", "hi", "--catalog", str(catalog), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip())["stop_reason"] == "policy_error"
+    assert "error: the policy failed: policy at http://127.0.0.1:9/v1" in captured.err
+
+
+def test_an_unknown_tool_is_a_one_line_error(tmp_path, capsys):
+    catalog = write_catalog(tmp_path, "http://127.0.0.1:9/v1")
+    assert main(["ask", "hi", "--catalog", str(catalog), "--tools", "code_interpreter,nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: <config>: --tools: nosuch: not in the catalog; its tools: code_interpreter", err
