@@ -15,7 +15,8 @@ episode is scored by `score_rollout`, the one scorer shared with evaluation: a t
 ToolScale's three criteria (database hash, communicated values, golden actions), a QA task by the
 rule-based answer judge. A `Rollout`
 carries what the reward reads: `metrics()` (`calls/<tool>`, `cost`, `latency`), `correct`, and
-`valid` (format-valid and answered; invalid rollouts get no reward and no gradient).
+`valid` (format-valid and answered; the reward counts an invalid rollout as a wrong one of its
+group).
 
 `golden_conversation(instance)` replays a tool-use task's golden actions through the same tools
 and renders them as Hermes calls with their real observations plus a final reply that states the
