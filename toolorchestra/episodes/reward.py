@@ -134,8 +134,8 @@ from dataclasses import dataclass
 
 from toolorchestra.core.errors import OrchestraError
 
-__all__ = ["DEFAULT_DEAD_BAND", "NO_DEAD_BAND", "DeadBand", "RewardInputError", "group_advantages",
-           "group_rewards"]
+__all__ = ["DEFAULT_DEAD_BAND", "NO_DEAD_BAND", "DeadBand", "RewardInputError", "check_preference",
+           "group_advantages", "group_rewards"]
 
 ACCURACY = "accuracy"
 COST = "cost"
@@ -188,7 +188,8 @@ DEFAULT_DEAD_BAND: Mapping[str, DeadBand] = {
 NO_DEAD_BAND: Mapping[str, DeadBand] = {}
 
 
-def _check_preference(preference: Mapping[str, float]) -> dict[str, float]:
+def check_preference(preference: Mapping[str, float]) -> dict[str, float]:
+    """The weights of a preference vector, checked (known keys, finite weights)."""
     if not isinstance(preference, Mapping):
         raise RewardInputError(
             f"preference must be a mapping of key -> weight, got {type(preference).__name__}"
@@ -312,7 +313,7 @@ def group_rewards(
         raise RewardInputError(
             f"metrics must be a sequence with one mapping per rollout, got {type(metrics).__name__}"
         )
-    weights = _check_preference(preference)
+    weights = check_preference(preference)
     bands = _check_dead_band(dead_band)
     outcomes = _check_correct(correct, len(metrics))
     for i, row in enumerate(metrics):

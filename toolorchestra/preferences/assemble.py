@@ -12,6 +12,14 @@ read the tools and prices it is given instead of memorising one catalog:
   `[1/price_jitter, price_jitter]`, independently per instance; the orchestrator sees the prices in
   its system prompt and the reward's cost is computed from the same schedule;
 - **preference**: with probability `p_no_preference` none, else one drawn from the split's pairs.
+  An instance without one still gets efficiency terms in its reward: `default_preference`
+  (accuracy, cost and latency weights), each non-accuracy weight scaled by a factor drawn
+  uniformly from `[1 - j, 1 + j]` (`default_preference_jitter`), seeded per instance, written into
+  the instance (`Instance.default_preference`) so the exported rows carry it. The assembly owns
+  the default because it owns the training set: a run's rewards are then a property of its data
+  (versioned by DVC), and the episode config's `default_preference` is only the fallback for
+  instances built elsewhere. A user preference's vector is used as it is (an "accuracy, whatever
+  the cost" preference means what it says).
 
 Train instances use train tasks and train preferences; eval instances use held-out tasks (a seeded
 `eval_task_fraction` of each domain / QA category) and eval preferences, so neither tasks nor
@@ -28,12 +36,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
 from toolorchestra.envs.task import dump_task
+from toolorchestra.episodes.environment import DEFAULT_PREFERENCE
 from toolorchestra.episodes.instance import Instance, Split
 from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_prompt
+from toolorchestra.episodes.reward import ACCURACY, check_preference
 from toolorchestra.preferences.pairs import PreferencePair, load_pairs
 from toolorchestra.tools.catalog import Catalog, ExpertBackend, Price
 
@@ -43,6 +53,11 @@ class AssemblyConfig(BaseModel):
 
     instances_per_task: int = Field(1, ge=1, le=100)
     p_no_preference: float = Field(0.2, ge=0.0, le=1.0)
+    default_preference: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_PREFERENCE),
+        description="the reward's weights of an instance without a preference (reward keys)")
+    default_preference_jitter: float = Field(
+        0.5, ge=0.0, lt=1.0, description="each non-accuracy default weight scaled by [1-j, 1+j] per instance")
     min_catalog_tools: int = Field(1, ge=0)
     price_jitter: float = Field(2.0, ge=1.0, le=100.0, description="prices scaled by [1/j, j]; 1 = none")
     eval_task_fraction: float = Field(0.1, ge=0.0, lt=1.0)
@@ -52,6 +67,12 @@ class AssemblyConfig(BaseModel):
     show_prices: bool = True
     agent_name: str = Field("tool_agent", min_length=1, description="verl agent loop of every row")
     seed: int = 0
+
+
+    @field_validator("default_preference")
+    @classmethod
+    def _reward_keys(cls, vector: dict[str, float]) -> dict[str, float]:
+        return check_preference(vector)  # known keys and finite weights, or a one-line reason
 
 
 def _stable(seed: int, text: str) -> int:
@@ -82,6 +103,12 @@ def perturbed(price: Price, rng: random.Random, jitter: float) -> Price:
         return price
     factor = math.exp(rng.uniform(-math.log(jitter), math.log(jitter)))
     return Price(**{k: float(f"{v * factor:.6g}") for k, v in price.model_dump().items()})
+
+
+def perturbed_weights(vector: dict[str, float], rng: random.Random, jitter: float) -> dict[str, float]:
+    """`vector` with every weight but accuracy's scaled by a factor uniform in [1-jitter, 1+jitter]."""
+    return {k: w if k == ACCURACY or jitter == 0 else float(f"{w * rng.uniform(1 - jitter, 1 + jitter):.4g}")
+            for k, w in sorted(vector.items())}
 
 
 def answer_tools(catalog: Catalog) -> list[str]:
@@ -170,9 +197,15 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
         {"role": "system", "content": _system_prompt(config, policy, sheet)},
         {"role": "user", "content": user_message(question, preference.instruction if preference else None)},
     ]
+    default = None
+    if preference is None:  # its own generator, so the other draws stay what they were
+        default = perturbed_weights(config.default_preference,
+                                    random.Random(f"{config.seed}:{split}:{task_id}:{copy}:default_preference"),
+                                    config.default_preference_jitter)
     return Instance(
         id=f"{split}-{task_id}-{copy}", split=split, kind=kind, task_id=task_id, data_source=data_source,
-        domain=domain, task=payload, ground_truth=truth, preference=preference, catalog_tools=tools,
+        domain=domain, task=payload, ground_truth=truth, preference=preference, default_preference=default,
+        catalog_tools=tools,
         domain_tools=domain_tools, tool_prices=tool_prices, model_prices=model_prices, prompt=prompt,
     )
 

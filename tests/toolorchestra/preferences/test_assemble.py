@@ -8,11 +8,15 @@ from collections import Counter
 
 import pytest
 
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble, choose_tools, perturbed, split_tasks
 from toolorchestra.preferences.grammar import generate_grammar_pairs
-from toolorchestra.episodes.pool import load_pool
+from toolorchestra.preferences.pairs import Intent, PreferencePair
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 from toolorchestra.tools.catalog import Price
+
+CHEAP = PreferencePair(id="cost-1", instruction="Keep the cost as low as you can.", vector={"accuracy": 1.0, "cost": 0.5},
+                       kind="cost", template="t-cost", intents=[Intent(key="cost", prefer="lower")])
 
 
 @pytest.fixture
@@ -75,6 +79,40 @@ def test_assembly_is_deterministic(expert_catalog, validated, built):
     pool, train, evaluation, instances, config = built
     again = assemble(pool, expert_catalog, train, evaluation, config)
     assert [i.model_dump() for i in again["train"]] == [i.model_dump() for i in instances["train"]]
+
+
+def test_an_instance_without_a_preference_rewards_cost_and_latency(expert_catalog, validated, tmp_path):
+    # Before: such an instance carried no vector and the environment rewarded accuracy only.
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.episodes.environment import RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.episodes.rows import load_instances, write_verl_parquet
+
+    pool = load_pool(validated)
+    config = AssemblyConfig(instances_per_task=3, p_no_preference=1.0, eval_task_fraction=0.25, seed=3,
+                            default_preference={"accuracy": 1.0, "cost": 0.4, "latency": 0.2},
+                            default_preference_jitter=0.5)
+    instances = assemble(pool, expert_catalog, [], [], config)["train"]
+    env = RolloutEnvironment(expert_catalog, Settings(workspace=tmp_path), DomainLocator([validated]))
+    vectors = [env.preference(i) for i in instances]
+    assert all(i.preference is None for i in instances)
+    for vector in vectors:
+        assert set(vector) == {"accuracy", "cost", "latency"} and vector["accuracy"] == 1.0
+        assert 0.2 <= vector["cost"] <= 0.6 and 0.1 <= vector["latency"] <= 0.3
+    assert len({(v["cost"], v["latency"]) for v in vectors}) == len(vectors)  # perturbed per instance
+    again = assemble(pool, expert_catalog, [], [], config)["train"]
+    assert [i.default_preference for i in again] == [i.default_preference for i in instances]  # seeded
+    # The exported rows carry it (the trainers read instances back from them).
+    loaded = load_instances(write_verl_parquet(instances, tmp_path / "train.parquet"))
+    assert [env.preference(i) for i in loaded] == vectors
+    # An instance with a user preference is rewarded by that preference's vector.
+    with_pref = assemble(pool, expert_catalog, [CHEAP], [CHEAP], config.model_copy(update={"p_no_preference": 0.0}))
+    assert all(env.preference(i) == CHEAP.vector and i.default_preference is None for i in with_pref["train"])
+
+
+def test_default_preference_keys_are_the_rewards():
+    with pytest.raises(ValueError, match="unknown key"):
+        AssemblyConfig(default_preference={"accuracy": 1.0, "speed": 0.5})
 
 
 def test_helpers():
