@@ -22,17 +22,20 @@ read the tools and prices it is given instead of memorising one catalog:
   the cost" preference means what it says).
 
 Train instances use train tasks and train preferences; eval instances use held-out tasks (a seeded
-`eval_task_fraction` of each domain / QA category) and eval preferences, so neither tasks nor
-preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
+`eval_task_fraction` of each domain / QA category, whole evolution families at a time, see
+`split_units`) and eval
+preferences, so neither tasks, their evolutions, nor preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
 the price list) and the task with the preference appended, as `orchestra ask --preference` does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,22 +82,69 @@ def _stable(seed: int, text: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{text}".encode()).digest()[:8], "big")
 
 
+def _calls_key(task: ToolUseTask, n: int) -> str:
+    return json.dumps([[a.name, a.arguments] for a in task.task.actions[:n]], sort_keys=True, default=str)
+
+
+def split_units(items: Iterable[Any]) -> dict[str, str]:
+    """Task id -> the unit a split keeps on one side: its evolution family (`.family`: a base task
+    and the tasks evolved from it), merged with every tool-use task of the same domain whose whole
+    golden-action list (names and arguments) starts another's. Either way a held-out task would
+    share a golden-action prefix with a training task. QA items are units of their own."""
+    items = list(items)
+    parent = {t.id: t.family for t in items}
+    roots = {f: f for f in parent.values()}
+
+    def find(x: str) -> str:
+        while roots[x] != x:
+            roots[x] = roots[roots[x]]
+            x = roots[x]
+        return x
+
+    whole: dict[tuple[str, str], list[str]] = defaultdict(list)  # (domain, all calls) -> task ids
+    tool_use = [t for t in items if isinstance(t, ToolUseTask) and t.task.actions]
+    for t in tool_use:
+        whole[(t.domain.name, _calls_key(t, len(t.task.actions)))].append(t.id)
+    for t in tool_use:
+        for n in range(1, len(t.task.actions) + 1):
+            for other in whole.get((t.domain.name, _calls_key(t, n)), []):
+                a, b = find(parent[t.id]), find(parent[other])
+                if a != b:
+                    roots[max(a, b)] = min(a, b)  # the smaller id names the unit: deterministic
+    return {tid: find(f) for tid, f in parent.items()}
+
+
 def split_tasks(pool: TaskPool, fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
-    """(train tasks, eval tasks): per domain / QA category, the `fraction` with the lowest seeded
-    hash of their id go to eval (at least one where a stratum has two or more and fraction > 0)."""
+    """(train tasks, eval tasks): per domain / QA category, whole units (`split_units`: an
+    evolution family, with the tasks sharing its golden-action prefix) go to eval in the order of
+    a seeded hash of the unit id until at least the `fraction` of the stratum's tasks is reached
+    (at least one unit where a stratum has two or more and fraction > 0; never the last one).
+    Splitting tasks one by one put an evolved task and its base on different sides, so held-out
+    tasks shared a golden-action prefix with training tasks."""
     strata: dict[str, list[Any]] = defaultdict(list)
     for item in pool.qa:
         strata[f"qa:{item.qa_category}"].append(item)
     for task in pool.tool_use:
         strata[f"tool_use:{task.domain.name}"].append(task)
+    unit_of = split_units([*pool.qa, *pool.tool_use])
     train, evaluation = [], []
     for key in sorted(strata):
-        items = sorted(strata[key], key=lambda t: _stable(seed, t.id))
-        n_eval = 0
-        if fraction > 0 and len(items) >= 2:
-            n_eval = min(len(items) - 1, max(1, round(fraction * len(items))))
-        evaluation.extend(items[:n_eval])
-        train.extend(items[n_eval:])
+        items = strata[key]
+        units: dict[str, list[Any]] = defaultdict(list)
+        for item in items:
+            units[unit_of[item.id]].append(item)
+        order = sorted(units, key=lambda u: (_stable(seed, u), u))
+        target = 0
+        if fraction > 0 and len(order) >= 2:
+            target = min(len(items) - 1, max(1, round(fraction * len(items))))
+        held: list[Any] = []
+        for unit in order[:-1]:  # the last unit always trains
+            if len(held) >= target:
+                break
+            held.extend(units[unit])
+        held_ids = {t.id for t in held}
+        evaluation.extend(sorted(held, key=lambda t: _stable(seed, t.id)))
+        train.extend(sorted((t for t in items if t.id not in held_ids), key=lambda t: _stable(seed, t.id)))
     return train, evaluation
 
 

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.episodes.pool import load_pool
 from toolorchestra.evaluation.benchmarks import (
     PreferenceSpec,
     QAFileSpec,
@@ -22,7 +23,6 @@ from toolorchestra.evaluation.benchmarks import (
     preference_items,
     stratified_sample,
 )
-from toolorchestra.episodes.pool import load_pool
 
 HLE_ROWS = [
     {"id": "hle-1", "question": "What is 6 * 7?", "answer": "42", "answer_type": "exactMatch", "category": "Math",
@@ -79,6 +79,27 @@ def test_heldout_excludes_training_tasks_or_uses_the_assembly_split(eval_tasks):
     derived = heldout_pool(pool, train_ids=None, fraction=0.25, seed=3)
     _, expected = split_tasks(pool, 0.25, 3)
     assert sorted(t.id for t in [*derived.qa, *derived.tool_use]) == sorted(t.id for t in expected)
+
+
+def test_a_task_whose_base_trained_is_not_held_out():
+    # Before: held out meant "id not in the training set", so an evolved task whose base trained
+    # (sharing its golden-action prefix) counted as unseen.
+    from pathlib import Path
+
+    from toolorchestra.envs.task import Task
+    from toolorchestra.episodes.pool import DomainRef, TaskPool, ToolUseTask
+
+    ref = DomainRef(name="d", folder=Path("."))
+
+    def task(tid, calls, base=None):
+        return ToolUseTask(task=Task(id=tid, user_scenario={"instructions": "x"},
+                                     description={"evolved_from": base} if base else None,
+                                     evaluation_criteria={"actions": [{"action_id": str(i), "name": "get", "arguments": {"id": c}}
+                                                                      for i, c in enumerate(calls)]}), domain=ref)
+
+    pool = TaskPool(qa=[], tool_use=[task("t1", [1]), task("t1-e1", [1, 2], base="t1"), task("t2", [3])])
+    held = heldout_pool(pool, train_ids={"d/t1"}, fraction=0.1, seed=0)
+    assert [t.id for t in held.tool_use] == ["d/t2"]
 
 
 def test_stratified_sample_covers_strata_and_is_repeatable(eval_tasks):
@@ -144,9 +165,9 @@ def test_preferences_about_tools_not_offered_are_left_out(eval_tasks, pairs, tmp
 
 
 def test_training_task_ids_read_the_exported_dataset(eval_tasks, catalog, tmp_path):
+    from toolorchestra.episodes.rows import write_hf_dataset
     from toolorchestra.evaluation.benchmarks import training_task_ids
     from toolorchestra.preferences.assemble import AssemblyConfig, assemble
-    from toolorchestra.episodes.rows import write_hf_dataset
 
     splits = assemble(load_pool(eval_tasks), catalog, [], [], AssemblyConfig(eval_task_fraction=0.25))
     write_hf_dataset(splits, tmp_path / "datasets" / "hf")

@@ -3,8 +3,10 @@ or preference shared between train and eval."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from toolorchestra.preferences.pairs import Intent, PreferencePair
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 from toolorchestra.tools.catalog import Price
 
+REPO = Path(__file__).resolve().parents[3]
 CHEAP = PreferencePair(id="cost-1", instruction="Keep the cost as low as you can.", vector={"accuracy": 1.0, "cost": 0.5},
                        kind="cost", template="t-cost", intents=[Intent(key="cost", prefer="lower")])
 
@@ -153,3 +156,78 @@ def load_catalog_for_test():
     from toolorchestra.tools.catalog import parse_catalog
 
     return parse_catalog(expert_catalog_data(), source="x")
+
+
+def _default_params_pool():
+    """The validated tool-use tasks of params.yaml's synthesize/validate sections, in memory."""
+    import yaml
+
+    from toolorchestra.envs.domain_tools import DomainEnv
+    from toolorchestra.episodes.pool import DomainRef, TaskPool, ToolUseTask
+    from toolorchestra.synthesis.build import synthesize_domain
+    from toolorchestra.synthesis.domains import load_embedded
+    from toolorchestra.synthesis.filters import filter_tasks
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    synth, validate, seed = params["synthesize"], params["validate"], params["base"]["seed"]
+    tasks = []
+    for name in synth["domains"]:
+        domain = load_embedded(name, seed=seed, size=synth["db_size"])
+        made = synthesize_domain(domain, tasks=synth["tasks_per_domain"], seed=seed,
+                                 evolve_fraction=synth["evolve_fraction"])
+        ref = DomainRef(name=name, folder=REPO)
+        ref.__dict__["domain"] = domain  # in memory: the cached property's slot
+        tasks += [ToolUseTask(task=t, domain=ref) for t in filter_tasks(made.tasks, DomainEnv(domain)).kept
+                  if validate["min_actions"] <= len(t.actions) <= validate["max_actions"]]
+    return TaskPool(qa=[], tool_use=tasks), params
+
+
+def test_default_params_hold_out_no_task_of_a_training_family():
+    # Before: tasks were split one by one, and 11 of 18 held-out tool-use tasks were evolved from,
+    # or evolved into, a training task (sharing its golden-action prefix).
+    import re
+
+    def family(t):  # read from the notes evolve writes, independently of Task.family
+        found = re.search(r"evolved from (\S+) \(", t.task.description.notes or "")
+        return f"{t.domain.name}/{found.group(1) if found else t.task.id}"
+
+    pool, params = _default_params_pool()
+    assert sum(family(t) != t.id for t in pool.tool_use) >= 30  # evolved tasks exist
+    train, held = split_tasks(pool, params["preferences"]["assembly"]["eval_task_fraction"], params["base"]["seed"])
+    assert len(held) >= 15 and len(train) + len(held) == len(pool.tool_use)
+    train_families = {family(t) for t in train}
+    assert [t.id for t in held if family(t) in train_families] == []
+    assert any(family(t) != t.id for t in held)  # evolved tasks are held out with their base
+
+    def calls(t):
+        return [(a.name, json.dumps(a.arguments, sort_keys=True)) for a in t.task.actions]
+
+    shared = [h.id for h in held for t in train if h.domain.name == t.domain.name
+              and calls(h)[:len(calls(t))] == calls(t)[:len(calls(h))]]
+    assert shared == []  # nor a golden-action prefix (a coincidental one joins the unit too)
+
+
+def test_split_units_join_families_and_prefixes():
+    from toolorchestra.envs.task import Task
+    from toolorchestra.episodes.pool import DomainRef, TaskPool, ToolUseTask
+    from toolorchestra.preferences.assemble import split_units
+
+    ref = DomainRef(name="d", folder=REPO)
+
+    def task(tid, calls, base=None):
+        desc = {"evolved_from": base} if base else None
+        return ToolUseTask(task=Task(id=tid, user_scenario={"instructions": "x"}, description=desc,
+                                     evaluation_criteria={"actions": [{"action_id": str(i), "name": n, "arguments": {"id": v}}
+                                                                      for i, (n, v) in enumerate(calls)]}), domain=ref)
+
+    items = [task("a", [("get", 1)]), task("a-e1", [("get", 1), ("set", 2)], base="a"),
+             task("b", [("get", 1), ("get", 3)]),  # starts with a's whole list: same unit
+             task("c", [("get", 4)]), task("c-e1", [("get", 4), ("get", 5)], base="c"), task("e", [("get", 9)])]
+    units = split_units(items)
+    assert units["d/a"] == units["d/a-e1"] == units["d/b"] == "d/a"
+    assert units["d/c"] == units["d/c-e1"] == "d/c" and units["d/e"] == "d/e"
+    train, held = split_tasks(TaskPool(qa=[], tool_use=items), 0.3, seed=0)
+    for group in (("d/a", "d/a-e1", "d/b"), ("d/c", "d/c-e1")):
+        sides = {t.id in {h.id for h in held} for t in items if t.id in group}
+        assert len(sides) == 1  # one side per unit
+    assert held and train
