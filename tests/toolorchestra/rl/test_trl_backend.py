@@ -145,11 +145,11 @@ def test_a_filtered_group_leaves_the_loss_and_its_normaliser(trainer):
         both = trainer._generate_and_score_completions(generation_batch(trainer, 8))
     finally:
         ScriptedRolloutPolicy.plan = PLAN
-    stats = trainer.orchestra_reward.last_stats
-    assert stats["groups_filtered"] == 0.5 and stats["completions_masked"] == 0.5
     mask = both["completion_mask"] * both["tool_mask"]
     assert mask[:4].sum() == 0 and mask[4:].sum() > 0
     assert both["num_items_in_batch"] == mask[4:].sum()
+    stats = trainer.orchestra_reward.last_stats
+    assert stats["groups_filtered"] == 0.5 and stats["completions_masked"] == 0.5
     alone = trainer._generate_and_score_completions(generation_batch(trainer, 4))  # the mixed group alone
     assert both["num_items_in_batch"] == alone["num_items_in_batch"]
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which is not running
