@@ -63,7 +63,8 @@ def train(
 
         config = module.train_config(stage_params)
         atomic_write_text(reference, reference_yaml(config.verl, clip=config.grpo.clip_advantage,
-                                                    min_std=config.grpo.min_std))
+                                                    min_std=config.grpo.min_std,
+                                                    dead_band=config.grpo.dead_band.model_dump()))
         typer.echo(f"verl configuration valid; written to {reference}")
         return
     if dry_run:

@@ -5,8 +5,23 @@
 - **Process fidelity** (`COMMUNICATE`): every `communicate_info` value appears in the agent's
   messages after normalisation (case, Unicode form, whitespace, thousands separators, trailing
   decimal zeros: `750,000.00` matches `750000`); numeric values must match as whole numbers.
-- **Operation completeness** (`ACTION`): every golden action is matched by a call with the same
-  name and equal arguments, comparing only `compare_args` when given ([] compares the name only).
+- **Operation completeness** (`ACTION`): the agent operated on the same entries as the golden
+  actions (paper: "the same entries"). Golden actions and the agent's calls are both replayed from
+  the task's initial state, and each successful call's *entries* are the records it reached (a
+  `get`, `update`, `set_status`, `delete`: its record; a `find` / `list_by_ref`: the ids it
+  returned; a `create`: its parent record). Then a golden
+  - **write** (`update`, `set_status`, `create`, `delete`) is matched by a successful call of the
+    same tool on the same record (the same record id and the same path parameters, e.g. the parcel
+    key; a `create`: the same parent). The value written is not compared: the DB criterion checks
+    the resulting state;
+  - **read** (`get`, `find`, `list_by_ref`) is matched when the agent's successful calls, of any
+    tool and with any arguments, together reached every record it returned (a read that returned
+    nothing: a call of the same tool). Reaching the customer through their name instead of their
+    email operates on the same entry;
+  - `transfer` is matched by a call of the same tool.
+  A golden action that sets `compare_args` keeps tau2-bench's rule: a call with the same name and
+  equal values for those arguments (`[]`: the name only). Before this rule every golden action,
+  reads included, had to be repeated with identical arguments, which is stricter than the paper.
 
 Each criterion scores 0 or 1; the reward is the product over the task's `reward_basis`.
 `ENV_ASSERTION` and `NL_ASSERTION` are not scored here (listed in `skipped`).
@@ -26,6 +41,7 @@ from pydantic import BaseModel, Field
 from toolorchestra.envs.engine import Engine, ReplayError, ToolCallError
 from toolorchestra.envs.state import BaseDb, DbState
 from toolorchestra.envs.task import Action, Task
+from toolorchestra.envs.toolspec import CreateSpec, FindSpec, GetSpec, ListByRefSpec, TransferSpec, param_of
 
 SCORED = ("DB", "ACTION", "COMMUNICATE")
 
@@ -185,8 +201,66 @@ def score_communicate(task: Task, messages: list[str]) -> tuple[float, list[str]
     return (0.0 if missing else 1.0), missing
 
 
-def score_actions(task: Task, calls: list[ToolCall]) -> tuple[float, list[str]]:
-    unmatched = [a.action_id for a in task.actions if not any(action_matches(a, c) for c in calls)]
+class Operation(BaseModel):
+    """What one successful call did: `entries` are the (table, record id) it reached; `target` is
+    what a write changed (table, record id, path parameters), None for a read or a transfer."""
+
+    name: str
+    write: bool
+    entries: frozenset[tuple[str, str]] = frozenset()
+    target: tuple[str, ...] | None = None
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)  # ids may be ints or strings
+
+
+def operation(engine: Engine, state: DbState, name: str, arguments: dict[str, Any]) -> Operation | None:
+    """Run one call on `state`; what it operated on, or None when the engine refused it."""
+    try:
+        result = engine.call(state, name, arguments)
+    except ToolCallError:
+        return None
+    spec = engine.specs[name]
+    if isinstance(spec, TransferSpec):
+        return Operation(name=name, write=False)
+    if isinstance(spec, FindSpec | ListByRefSpec):
+        return Operation(name=name, write=False, entries=frozenset((spec.table, _key(r)) for r in result))
+    if isinstance(spec, GetSpec):
+        return Operation(name=name, write=False, entries=frozenset({(spec.table, _key(arguments[spec.id_param]))}))
+    if isinstance(spec, CreateSpec):
+        if spec.parent is None:
+            return Operation(name=name, write=True, target=(spec.table,))
+        parent = (spec.parent.table, _key(arguments[spec.parent.param]))
+        return Operation(name=name, write=True, entries=frozenset({parent}), target=parent)
+    record = (spec.table, _key(arguments[spec.id_param]))  # update, set_status, delete
+    params = tuple(_key(arguments[p]) for seg in getattr(spec, "path", []) if (p := param_of(seg)))
+    return Operation(name=name, write=True, entries=frozenset({record}), target=(*record, *params))
+
+
+def operations(engine: Engine, base: BaseDb, task: Task, calls: list[Any]) -> list[Operation | None]:
+    """Each call's operation, the calls run in order from the task's prepared initial state."""
+    state = prepare_state(engine, base, task)
+    return [operation(engine, state, c.name, c.arguments) for c in calls]
+
+
+def score_actions(task: Task, calls: list[ToolCall], *, engine: Engine, base: BaseDb) -> tuple[float, list[str]]:
+    """Operation completeness (module docstring): 1.0 when every golden action is matched."""
+    golden = operations(engine, base, task, task.actions)
+    done = [op for op in operations(engine, base, task, calls) if op is not None]
+    reached = frozenset().union(*(op.entries for op in done))
+    unmatched = []
+    for action, want in zip(task.actions, golden, strict=True):
+        if action.compare_args is not None or want is None:  # tau2's rule (or a golden call that fails)
+            ok = any(action_matches(action, c) for c in calls)
+        elif want.write:
+            ok = any(op.name == want.name and op.target == want.target for op in done)
+        elif want.entries:
+            ok = want.entries <= reached
+        else:
+            ok = any(op.name == want.name for op in done)
+        if not ok:
+            unmatched.append(action.action_id)
     return (0.0 if unmatched else 1.0), unmatched
 
 
@@ -210,7 +284,7 @@ def evaluate(
     if "COMMUNICATE" in basis:
         result.communicate, result.missing_communicate = score_communicate(task, trajectory.messages)
     if "ACTION" in basis:
-        result.action, result.unmatched_actions = score_actions(task, trajectory.tool_calls)
+        result.action, result.unmatched_actions = score_actions(task, trajectory.tool_calls, engine=engine, base=base)
     for value in (result.db, result.communicate, result.action):
         if value is not None:
             result.reward *= value

@@ -12,6 +12,7 @@ Usage: `tasks = load_tasks(path)`; `save_tasks(path, tasks)`.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -90,6 +91,13 @@ class Description(_Open):
     purpose: str | None = None
     relevant_policies: str | None = None
     notes: str | None = None
+    evolved_from: str | None = None
+    """This project's field (tau2 readers ignore it): the id of the base task an evolved task's
+    family starts from (`toolorchestra.synthesis.evolve`)."""
+
+
+# What `evolve` wrote into the notes before `evolved_from` existed: "...; evolved from <id> (<kind>)".
+_EVOLVED_NOTE = re.compile(r"evolved from (\S+) \(")
 
 
 class InitialState(_Open):
@@ -117,6 +125,19 @@ class Task(_Open):
         if self.evaluation_criteria is None or self.evaluation_criteria.communicate_info is None:
             return []
         return self.evaluation_criteria.communicate_info
+
+    @property
+    def family(self) -> str:
+        """The id of the base task this task was evolved from (its own id when it is a base task):
+        `description.evolved_from`, else the first "evolved from <id>" in the notes (data written
+        before the field existed). A split keeps a family on one side."""
+        if self.description is not None:
+            if self.description.evolved_from:
+                return self.description.evolved_from
+            found = _EVOLVED_NOTE.search(self.description.notes or "")
+            if found:
+                return found.group(1)
+        return self.id
 
     @property
     def reward_basis(self) -> list[str]:

@@ -15,7 +15,8 @@ episode is scored by `score_rollout`, the one scorer shared with evaluation: a t
 ToolScale's three criteria (database hash, communicated values, golden actions), a QA task by the
 rule-based answer judge. A `Rollout`
 carries what the reward reads: `metrics()` (`calls/<tool>`, `cost`, `latency`), `correct`, and
-`valid` (format-valid and answered; invalid rollouts get no reward and no gradient).
+`valid` (format-valid and answered; the reward counts an invalid rollout as a wrong one of its
+group).
 
 `golden_conversation(instance)` replays a tool-use task's golden actions through the same tools
 and renders them as Hermes calls with their real observations plus a final reply that states the
@@ -47,7 +48,12 @@ from toolorchestra.tools.catalog import Catalog, Price
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import Toolbox
 
-DEFAULT_PREFERENCE = {"accuracy": 1.0}
+# The reward's weights for an instance without a user preference: outcome and efficiency, as the
+# paper's reward always has. The assembly writes a per-instance perturbation of this vector into
+# every such instance (`Instance.default_preference`); this is the fallback for instances built
+# elsewhere. Cost and latency are min-max normalised per group, so a right rollout gains at most
+# 0.5 over another right one and never overtakes the accuracy term.
+DEFAULT_PREFERENCE = {"accuracy": 1.0, "cost": 0.3, "latency": 0.2}
 
 
 class EpisodeConfig(BaseModel):
@@ -61,7 +67,7 @@ class EpisodeConfig(BaseModel):
     max_domain_tools: int | None = Field(6, ge=1, description="None: every domain tool the instance offers")
     max_workers: int = Field(8, ge=1)
     default_preference: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PREFERENCE))
-    """The reward's weights for an instance without a preference."""
+    """The reward's weights for an instance with neither a preference nor its own default."""
     policy_alias: str | None = Field(None, description="catalog model whose prices the policy's tokens cost")
 
 
@@ -219,7 +225,11 @@ class RolloutEnvironment:
         return instance.model_prices.get(alias) or (self.catalog.models[alias].price if alias in self.catalog.models else Price())
 
     def preference(self, instance: Instance) -> dict[str, float]:
-        return dict(instance.preference.vector) if instance.preference else dict(self.config.default_preference)
+        """The reward's weights: the user's preference, else the instance's default vector (the
+        assembly's, perturbed per instance), else the configured fallback."""
+        if instance.preference:
+            return dict(instance.preference.vector)
+        return dict(instance.default_preference or self.config.default_preference)
 
     # -- episodes
 

@@ -74,6 +74,9 @@ class Instance(BaseModel):
     task: dict[str, Any] = Field(description="tau2 Task JSON (tool use) or a QA item")
     ground_truth: dict[str, Any] = Field(description="what the reward compares with (verl's reward_model)")
     preference: Preference | None = None
+    default_preference: dict[str, float] | None = Field(
+        None, description="the reward's weights when there is no user preference (the assembly's default "
+        "vector, perturbed per instance); None: the episode config's fallback")
     catalog_tools: list[str] = Field(default_factory=list)
     domain_tools: list[str] = Field(default_factory=list)
     tool_prices: dict[str, Price] = Field(default_factory=dict)

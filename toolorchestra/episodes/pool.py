@@ -57,6 +57,11 @@ class QAItem(BaseModel):
     def qa_category(self) -> Category:
         return qa_category(self)
 
+    @property
+    def family(self) -> str:
+        """A QA item is a family of its own (no evolution)."""
+        return self.id
+
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
@@ -99,6 +104,12 @@ class ToolUseTask:
     @property
     def id(self) -> str:
         return f"{self.domain.name}/{self.task.id}"
+
+    @property
+    def family(self) -> str:
+        """`<domain>/<base task id>`: the task and every task evolved from the same base task
+        (`Task.family`). Splits keep a family on one side."""
+        return f"{self.domain.name}/{self.task.family}"
 
     @property
     def required_tools(self) -> list[str]:

@@ -24,8 +24,28 @@ right and wrong, exactly as the definition reads; wrong rollouts still shape the
 
     m[i, k] = (v[i, k] - min_j v[j, k]) / (max_j v[j, k] - min_j v[j, k])     in [0, 1]
 
-A key whose max equals its min carries no information inside the group and is **skipped**. The
-reward is then::
+A key whose range is inside its **dead band** carries no information inside the group and is
+**skipped** (a range of 0 always is)::
+
+    max_j v[j, k] - min_j v[j, k]  <=  max(absolute_k, relative_k * max_j |v[j, k]|)
+
+so 1 ms of latency jitter or 1e-12 USD never becomes a full reward unit. The bands are per key
+family, in the metric's own unit (``DEFAULT_DEAD_BAND``; GRPO settings pass them to both
+backends):
+
+============ ============================== ============ =====================================
+key          absolute                       relative     why
+============ ============================== ============ =====================================
+``cost``     1e-9 USD                       1%           an episode costs ~1e-5..1e-2 USD here
+``latency``  0.01 s                         1%           CPU timing jitter is milliseconds
+``calls/*``  0 (counts are exact)           0            one call more is a real difference
+``accuracy`` none (0 or 1)                  none
+============ ============================== ============ =====================================
+
+``NO_DEAD_BAND`` (``{}``) gives exact min-max normalisation. With absolute bands only, adding a
+constant to a metric changes nothing; a relative band is relative to the group's largest
+magnitude, so it is not shift-invariant (cost and latency are never negative). The reward is
+then::
 
     reward[i] = 0.0                          if rollout i is wrong
     reward[i] = sum_k P[k] * m[i, k]         if rollout i is right
@@ -36,8 +56,10 @@ which lowers the reward of every correct rollout that called it more than the le
 The ``accuracy`` value comes only from ``correct``; an ``accuracy`` entry in a metrics mapping is
 ignored, and so is every metric that ``P`` does not name.
 
-Rollouts with an invalid format or no answer are dropped by the caller before this point (they
-are not part of the group); a rollout that merely answered wrongly is kept and gets 0.
+Rollouts with an invalid format or no answer stay in the group **as wrong** (their caller passes
+``correct=False``): they get 0, count as 0 in the accuracy term and their cost and latency shape
+the scale, as in the released code, so a group [right, right, invalid, invalid] trains the right
+ones instead of being dropped.
 
 Advantages: ``a[i] = clip((r[i] - mean(r)) / (std(r) + 1e-6), -clip, clip)`` with the sample
 standard deviation (ddof=1). A group with fewer than two rollouts, or whose std is ``<= min_std``,
@@ -49,6 +71,7 @@ Where this departs from the released code
   weight a *more* expensive rollout scored higher; here they are negated (cheaper is better).
 - The released code divides by ``max - min`` even when it is zero (a NaN / inf reward when, say,
   no rollout called a tool); here a constant term is skipped.
+- The released code has no dead band: any difference, however small, is a full reward unit.
 - Bad input (a missing cost, a NaN latency, a misspelt preference key) is rejected with a
   :class:`RewardInputError` (a ``ValueError``) naming the rollout and key, instead of being
   silently read as 0.
@@ -64,6 +87,7 @@ cost: 1                             right $1, right $3, wrong $5            1.0,
 cost: 1                             right $2, right $2 (constant)           0.0, 0.0
 calls/web_search: -1                right 0 calls, right 2 calls            0.0, -1.0
 calls/web_search: 1                 right, right (key missing: 0 and 0)     0.0, 0.0
+latency: 1                          right 10 s, right 10.001 s (dead band)  0.0, 0.0
 any                                 all wrong                               all 0.0
 any                                 one rollout, right                      0.0 (all constant)
 ==================================  ======================================  ===================
@@ -84,6 +108,11 @@ Examples:
 [0.0, -1.0, 0.0]
 >>> group_rewards([{"cost": 1.0}], [True], {"accuracy": 1.0, "cost": 1.0})
 [0.0]
+>>> group_rewards([{"latency": 10.0}, {"latency": 10.001}], [True, True], {"latency": 1.0})
+[0.0, 0.0]
+>>> group_rewards([{"latency": 10.0}, {"latency": 10.001}], [True, True], {"latency": 1.0},
+...               dead_band=NO_DEAD_BAND)
+[1.0, 0.0]
 >>> group_rewards([{}], [True], {"latency": 1.0})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
@@ -101,10 +130,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from toolorchestra.core.errors import OrchestraError
 
-__all__ = ["RewardInputError", "group_advantages", "group_rewards"]
+__all__ = ["DEFAULT_DEAD_BAND", "NO_DEAD_BAND", "DeadBand", "RewardInputError", "check_preference",
+           "group_advantages", "group_rewards"]
 
 ACCURACY = "accuracy"
 COST = "cost"
@@ -131,7 +162,34 @@ def _as_finite(value: object, where: str) -> float:
     return out
 
 
-def _check_preference(preference: Mapping[str, float]) -> dict[str, float]:
+@dataclass(frozen=True)
+class DeadBand:
+    """A group range at most ``max(absolute, relative * largest magnitude)`` counts as constant.
+    ``absolute`` is in the metric's unit (USD, seconds, calls); ``relative`` is a fraction."""
+
+    absolute: float = 0.0
+    relative: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("absolute", "relative"):
+            value = _as_finite(getattr(self, name), f"dead band {name}")
+            if value < 0:
+                raise RewardInputError(f"dead band {name} must be >= 0, got {value}")
+
+
+# Keys of a dead-band mapping: `calls` covers every `calls/<tool>`.
+CALLS = "calls"
+DEAD_BAND_KEYS = (COST, LATENCY, CALLS)
+DEFAULT_DEAD_BAND: Mapping[str, DeadBand] = {
+    COST: DeadBand(absolute=1e-9, relative=0.01),      # USD
+    LATENCY: DeadBand(absolute=0.01, relative=0.01),   # seconds
+    CALLS: DeadBand(),                                 # counts: any difference is real
+}
+NO_DEAD_BAND: Mapping[str, DeadBand] = {}
+
+
+def check_preference(preference: Mapping[str, float]) -> dict[str, float]:
+    """The weights of a preference vector, checked (known keys, finite weights)."""
     if not isinstance(preference, Mapping):
         raise RewardInputError(
             f"preference must be a mapping of key -> weight, got {type(preference).__name__}"
@@ -191,12 +249,34 @@ def _raw_values(
     return values
 
 
-def _min_max(values: list[float]) -> list[float] | None:
-    """Values scaled to [0, 1]; ``None`` when they are all equal (the term is skipped)."""
+def _check_dead_band(dead_band: Mapping[str, DeadBand] | None) -> Mapping[str, DeadBand]:
+    if dead_band is None:
+        return DEFAULT_DEAD_BAND
+    if not isinstance(dead_band, Mapping):
+        raise RewardInputError(f"dead_band must be a mapping of key -> DeadBand, got {type(dead_band).__name__}")
+    for key, band in dead_band.items():
+        if key not in DEAD_BAND_KEYS:
+            raise RewardInputError(f"dead_band has unknown key {key!r}; accepted: {list(DEAD_BAND_KEYS)}")
+        if not isinstance(band, DeadBand):
+            raise RewardInputError(f"dead_band[{key!r}] must be a DeadBand, got {type(band).__name__}")
+    return dead_band
+
+
+def _band_of(key: str, dead_band: Mapping[str, DeadBand]) -> DeadBand | None:
+    if key.startswith(CALLS_PREFIX):
+        return dead_band.get(CALLS)
+    return dead_band.get(key)  # accuracy has none: it is 0 or 1
+
+
+def _min_max(values: list[float], band: DeadBand | None = None) -> list[float] | None:
+    """Values scaled to [0, 1]; ``None`` when their range is inside the dead band (all equal
+    included): the term is skipped."""
     lo, hi = min(values), max(values)
     if hi == lo:
         return None
     span = hi - lo
+    if band is not None and span <= max(band.absolute, band.relative * max(abs(lo), abs(hi))):
+        return None
     if math.isinf(span):
         # Two finite values of opposite sign near the float limit: halve first so the span is
         # finite (exact for normal floats), rather than reading every rollout as 0.
@@ -209,6 +289,7 @@ def group_rewards(
     metrics: Sequence[Mapping[str, float]],
     correct: Sequence[bool],
     preference: Mapping[str, float],
+    dead_band: Mapping[str, DeadBand] | None = None,
 ) -> list[float]:
     """Rewards of one group of rollouts of the same task (see the module docstring).
 
@@ -218,6 +299,8 @@ def group_rewards(
         correct: one outcome per rollout.
         preference: weight per key; keys are ``accuracy``, ``cost``, ``latency`` or
             ``calls/<tool>``. Weights may be negative (an avoided tool).
+        dead_band: per key family (``cost``, ``latency``, ``calls``), the range under which a
+            metric counts as constant; ``None``: ``DEFAULT_DEAD_BAND``, ``NO_DEAD_BAND``: exact.
 
     Returns:
         One reward per rollout, in order: 0.0 for a wrong rollout.
@@ -230,7 +313,8 @@ def group_rewards(
         raise RewardInputError(
             f"metrics must be a sequence with one mapping per rollout, got {type(metrics).__name__}"
         )
-    weights = _check_preference(preference)
+    weights = check_preference(preference)
+    bands = _check_dead_band(dead_band)
     outcomes = _check_correct(correct, len(metrics))
     for i, row in enumerate(metrics):
         if not isinstance(row, Mapping):
@@ -240,7 +324,7 @@ def group_rewards(
         return rewards
     # Read and validate every weighted key before the early exit below, so bad data fails loudly
     # even in an all-wrong group.
-    normalised = {key: _min_max(_raw_values(key, metrics, outcomes)) for key in weights}
+    normalised = {key: _min_max(_raw_values(key, metrics, outcomes), _band_of(key, bands)) for key in weights}
     terms = [(weights[key], m) for key, m in normalised.items() if m is not None]
     for i, ok in enumerate(outcomes):
         if ok:

@@ -10,7 +10,7 @@ RL data format (`verl.utils.dataset.RLHFDataset`):
 | `prompt` | chat messages `[{role, content}]`: the system prompt (policy, prices) and the task |
 | `ability` | `qa` or `tool_use` |
 | `reward_model` | `{"style": "rule", "ground_truth": <JSON text>}`: the QA answer or the tool-use evaluation criteria |
-| `extra_info` | `index`, `split`, `instance_id`, `task_id`, `task_kind`, `domain`, `agent_name`, `tools` and `tool_selection` (offered tools, which verl's `ToolAgentLoop` uses to filter its tools per sample), `catalog_tools`, `tool_prices` / `model_prices` (lists of `{name, input_per_mtok, output_per_mtok, per_call, per_second}`), `preference` (`{id, kind, instruction, weights: [{key, weight}]}` or null), `task` (the task's JSON text), `tools_kwargs` (per tool of the file `{create_kwargs: {instance_id, task_id, domain}}`, what verl hands a `BaseTool.create`) |
+| `extra_info` | `index`, `split`, `instance_id`, `task_id`, `task_kind`, `domain`, `agent_name`, `tools` and `tool_selection` (offered tools, which verl's `ToolAgentLoop` uses to filter its tools per sample), `catalog_tools`, `tool_prices` / `model_prices` (lists of `{name, input_per_mtok, output_per_mtok, per_call, per_second}`), `preference` (`{id, kind, instruction, weights: [{key, weight}]}` or null), `default_preference` (the reward's `[{key, weight}]` when there is no preference, or null; absent in rows written before it existed), `task` (the task's JSON text), `tools_kwargs` (per tool of the file `{create_kwargs: {instance_id, task_id, domain}}`, what verl hands a `BaseTool.create`) |
 | `agent_name` | the verl agent loop, `tool_agent` by default (without it verl never calls tools) |
 
 The Arrow schema is explicit so every row has the same types, whatever its preference or tools:
@@ -83,7 +83,8 @@ def arrow_schema(tool_names: list[str]) -> Any:
         ("tools", pa.list_(pa.string())), ("tool_selection", pa.list_(pa.string())),
         ("catalog_tools", pa.list_(pa.string())),
         ("tool_prices", pa.list_(price)), ("model_prices", pa.list_(price)),
-        ("preference", preference), ("task", pa.string()),
+        ("preference", preference), ("default_preference", preference_type().field("weights").type),
+        ("task", pa.string()),
         ("tools_kwargs", pa.struct([(name, create) for name in tool_names]) if tool_names
          else pa.struct([("_none", pa.string())])),
     ])
@@ -93,6 +94,20 @@ def arrow_schema(tool_names: list[str]) -> Any:
 def price_rows(prices: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Prices per name (`Price` objects) as `price_type()` rows, in the mapping's order."""
     return [{"name": name, **{f: float(getattr(p, f)) for f in _PRICE_FIELDS}} for name, p in prices.items()]
+
+
+def weight_rows(vector: Mapping[str, float]) -> list[dict[str, Any]]:
+    """A preference vector as `[{key, weight}]`, sorted by key."""
+    return [{"key": k, "weight": float(w)} for k, w in sorted(vector.items())]
+
+
+def _vector(weights: Any) -> dict[str, float] | None:
+    """`weight_rows`' inverse (also a plain mapping); None stays None (rows written before the field)."""
+    if not weights:
+        return None
+    if isinstance(weights, Mapping):
+        return {str(k): float(v) for k, v in weights.items()}
+    return {w["key"]: float(w["weight"]) for w in weights}
 
 
 def verl_row(instance: Instance, index: int, agent_name: str, tool_names: list[str]) -> dict[str, Any]:
@@ -112,7 +127,8 @@ def verl_row(instance: Instance, index: int, agent_name: str, tool_names: list[s
             "tool_prices": price_rows(instance.tool_prices), "model_prices": price_rows(instance.model_prices),
             "preference": None if pref is None else {
                 "id": pref.id, "kind": pref.kind, "instruction": pref.instruction,
-                "weights": [{"key": k, "weight": float(w)} for k, w in sorted(pref.vector.items())]},
+                "weights": weight_rows(pref.vector)},
+            "default_preference": None if instance.default_preference is None else weight_rows(instance.default_preference),
             "task": dumps(instance.task),
             "tools_kwargs": {name: create for name in tool_names} if tool_names else {"_none": None},
         },
@@ -177,6 +193,7 @@ def decode_extra_info(extra_info: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(extra_info)
     pref = extra_info.get("preference")
     out["preference_vector"] = {w["key"]: w["weight"] for w in pref["weights"]} if pref else None
+    out["default_preference"] = _vector(extra_info.get("default_preference"))
     for key in ("tool_prices", "model_prices"):
         out[key] = {p["name"]: {f: p[f] for f in _PRICE_FIELDS} for p in extra_info.get(key) or []}
     out["task"] = json.loads(extra_info["task"]) if isinstance(extra_info.get("task"), str) else extra_info.get("task")
@@ -224,6 +241,7 @@ def from_verl_row(row: Mapping[str, Any], *, source: str = "<row>") -> Instance:
             kind=extra.get("task_kind") or row.get("ability"), task_id=str(extra.get("task_id") or task.get("id")),
             data_source=row.get("data_source") or "toolorchestra", domain=extra.get("domain"), task=task,
             ground_truth=truth, preference=_preference(extra.get("preference")),
+            default_preference=_vector(extra.get("default_preference")),
             catalog_tools=catalog_tools, domain_tools=[t for t in tools if t not in set(catalog_tools)],
             tool_prices=_prices(extra.get("tool_prices")), model_prices=_prices(extra.get("model_prices")),
             prompt=[{"role": m["role"], "content": m["content"]} for m in row["prompt"]],

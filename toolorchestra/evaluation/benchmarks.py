@@ -15,7 +15,8 @@ Benchmarks are declared by a `kind` (`BenchmarkSpec`, a discriminated union used
   declarative format (`db.json`, `tools.json`, optional `policy.md`).
 
 *Held out* means not seen in training: when the training set is known (the `train` split of the
-exported dataset), every pool task it does not contain; otherwise the `eval` side of
+exported dataset), every pool task whose split unit (`preferences.assemble.split_units`: its
+evolution family, merged with tasks sharing its golden-action prefix) has no task in it; otherwise the `eval` side of
 `preferences.assemble.split_tasks` with the same fraction and seed the training assembly used.
 A benchmark with `max_tasks` takes a seeded sample, round-robin across domains / categories so
 each is represented.
@@ -183,10 +184,13 @@ def training_task_ids(dataset: str | Path | None) -> set[str] | None:
 
 def heldout_pool(pool: TaskPool, *, train_ids: set[str] | None, fraction: float, seed: int) -> TaskPool:
     """The tasks training did not see (see the module docstring)."""
-    if train_ids is not None:
-        return TaskPool(qa=[q for q in pool.qa if q.id not in train_ids],
-                        tool_use=[t for t in pool.tool_use if t.id not in train_ids])
-    from toolorchestra.preferences.assemble import split_tasks
+    from toolorchestra.preferences.assemble import split_tasks, split_units
+
+    if train_ids is not None:  # a task whose split unit (evolution family) trained is not held out
+        unit_of = split_units([*pool.qa, *pool.tool_use])
+        seen = {unit_of[i] for i in train_ids if i in unit_of}
+        return TaskPool(qa=[q for q in pool.qa if unit_of[q.id] not in seen],
+                        tool_use=[t for t in pool.tool_use if unit_of[t.id] not in seen])
 
     _, held = split_tasks(pool, fraction, seed)
     ids = {t.id for t in held}

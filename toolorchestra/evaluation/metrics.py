@@ -23,17 +23,22 @@ greedy decoding: once with the instruction appended to the task (*instructed*) a
 it (*neutral*). An intent is **followed** when, with v the instructed run's value and n the
 neutral run's:
 
-- `calls/T` lower: v = 0, or v < n (the instructed run called T less);
+- `calls/T` lower: v < n (the instructed run called T less);
 - `calls/T` higher: v >= 1 and v >= n (it called T, at least as often as without being asked);
-- `cost` / `latency` lower: v = 0, or v <= (1 - margin) * n, with `margin` (default 5%) so that
+- `cost` / `latency` lower: v <= (1 - margin) * n, with `margin` (default 5%) so that
   token-count and timing noise of an unchanged episode does not count as following.
 
+A "lower" intent whose neutral run is already at 0 (neither run called T, or both cost nothing)
+is **untestable**: there was nothing to lower, so the run shows nothing about the instruction.
+It is neither followed nor violated: it is left out of adherence's denominator and counted in
+`adherence_untestable` (an instructed run that *did* call T when the neutral one did not is a
+violation, not untestable). Before this rule, such intents counted as followed, which gave a
+method that never calls a tool free credit for every "avoid it" instruction.
+
 Intents on a tool the method is not offered (an expert alone has no LLM tools) are skipped.
-**Adherence** is the share of followed intents over all items (and per preference kind,
-`adherence_by_kind`). A method that ignores instructions scores near the share of intents its
-neutral behaviour satisfies by chance (e.g. never calling a tool it is told to avoid); the
-neutral runs are reported with `variant = "neutral"` and are not counted in accuracy, cost or
-latency.
+**Adherence** is the share of followed intents among the testable ones (and per preference kind,
+`adherence_by_kind`); `adherence_n` counts the testable intents. The neutral runs are reported
+with `variant = "neutral"` and are not counted in accuracy, cost or latency.
 """
 
 from __future__ import annotations
@@ -89,7 +94,8 @@ class Metrics(BaseModel):
     calls_per_task: dict[str, float] = Field(default_factory=dict)
     llm_judged: int = Field(0, description="tasks the LLM judge decided (exact match had failed)")
     adherence: float | None = None
-    adherence_n: int = 0
+    adherence_n: int = Field(0, description="testable intents (the denominator of adherence)")
+    adherence_untestable: int = Field(0, description="'lower' intents whose neutral run was already at 0")
     adherence_by_kind: dict[str, float] = Field(default_factory=dict)
 
 
@@ -103,11 +109,14 @@ def intent_value(record: TaskRecord, key: str) -> float:
     raise KeyError(key)
 
 
-def intent_followed(key: str, prefer: str, value: float, neutral: float, *, margin: float = 0.05) -> bool:
-    """Whether an instructed run followed one intent, given the neutral run (module docstring).
+def intent_followed(key: str, prefer: str, value: float, neutral: float, *, margin: float = 0.05) -> bool | None:
+    """Whether an instructed run followed one intent, given the neutral run (module docstring);
+    None when the intent is untestable (a "lower" intent whose neutral run is already at 0).
 
-    >>> intent_followed("calls/web_search", "lower", 0, 0)
+    >>> intent_followed("calls/web_search", "lower", 0, 0) is None  # neither run called it
     True
+    >>> intent_followed("calls/web_search", "lower", 1, 0)  # called it although told not to
+    False
     >>> intent_followed("calls/web_search", "lower", 1, 1)
     False
     >>> intent_followed("calls/code_interpreter", "higher", 1, 1)
@@ -117,17 +126,20 @@ def intent_followed(key: str, prefer: str, value: float, neutral: float, *, marg
     >>> intent_followed("cost", "lower", 0.009, 0.01)
     True
     """
+    if prefer == "lower" and neutral <= 0:
+        return None if value <= 0 else False
     if key.startswith("calls/"):
         if prefer == "lower":
-            return value == 0 or value < neutral
+            return value < neutral
         return value >= 1 and value >= neutral
     if prefer == "lower":
-        return value == 0 or value <= (1.0 - margin) * neutral
+        return value <= (1.0 - margin) * neutral
     return value >= (1.0 + margin) * neutral  # no generated intent asks for more cost or latency
 
 
 def adherence_checks(records: list[TaskRecord], *, margin: float = 0.05) -> list[dict[str, Any]]:
-    """One row per (instructed run, intent): the values and whether the intent was followed."""
+    """One row per (instructed run, intent): the values and whether the intent was followed
+    (`followed` None and `testable` False for an untestable intent)."""
     neutral = {(r.method, r.benchmark, r.key): r for r in records if r.variant == "neutral"}
     rows = []
     for record in records:
@@ -143,10 +155,11 @@ def adherence_checks(records: list[TaskRecord], *, margin: float = 0.05) -> list
             if key.startswith("calls/") and key.removeprefix("calls/") not in record.offered_tools:
                 continue
             value, reference = intent_value(record, key), intent_value(base, key)
+            followed = intent_followed(key, prefer, value, reference, margin=margin)
             rows.append({"method": record.method, "benchmark": record.benchmark, "key": record.key,
                          "preference_kind": record.preference_kind, "intent": key, "prefer": prefer,
-                         "instructed": value, "neutral": reference,
-                         "followed": intent_followed(key, prefer, value, reference, margin=margin)})
+                         "instructed": value, "neutral": reference, "followed": followed,
+                         "testable": followed is not None})
     return rows
 
 
@@ -165,11 +178,13 @@ def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics
         calls_per_task={t: sum(r.tool_calls.get(t, 0) for r in scored) / n for t in tools} if n else {},
         llm_judged=sum(1 for r in scored if r.judgement.get("method") == "llm"),
     )
-    if checks:
-        out.adherence = statistics.fmean(c["followed"] for c in checks)
-        out.adherence_n = len(checks)
+    testable = [c for c in checks if c["followed"] is not None]
+    out.adherence_untestable = len(checks) - len(testable)
+    if testable:
+        out.adherence = statistics.fmean(c["followed"] for c in testable)
+        out.adherence_n = len(testable)
         by_kind: dict[str, list[bool]] = defaultdict(list)
-        for c in checks:
+        for c in testable:
             by_kind[c["preference_kind"] or "?"].append(c["followed"])
         out.adherence_by_kind = {k: statistics.fmean(v) for k, v in sorted(by_kind.items())}
     return out

@@ -7,7 +7,8 @@ Pareto plot, and the files the `evaluate` stage writes.
   method x benchmark and `overall`, labels (strongest / cheapest expert), seconds per method;
 - `per_task.jsonl`: one `TaskRecord` per episode, its judgement and full trajectory;
 - `tasks.json`: the evaluated task list (identical for every method);
-- `adherence.jsonl`: every preference intent checked, with instructed and neutral values;
+- `adherence.jsonl`: every preference intent checked, with instructed and neutral values and
+  whether it was testable;
 - `table.json`: the long-format table (one row per method x benchmark) logged to MLflow;
 - `report.md`: the table as the paper prints it, plus notes;
 - `pareto.png`: mean cost per task vs accuracy for each method, overall and per benchmark, with
@@ -52,7 +53,8 @@ def table_rows(run: EvalRun) -> list[dict[str, Any]]:
                          "benchmark": bench, "n": m.n, "accuracy": m.accuracy, "cost_mean_usd": m.cost_mean,
                          "cost_total_usd": m.cost_total, "latency_mean_s": m.latency_mean,
                          "format_valid_rate": m.format_valid_rate, "answered_rate": m.answered_rate,
-                         "adherence": m.adherence, "llm_judged": m.llm_judged,
+                         "adherence": m.adherence, "adherence_n": m.adherence_n,
+                         "adherence_untestable": m.adherence_untestable, "llm_judged": m.llm_judged,
                          "calls_per_task": json.dumps(m.calls_per_task, sort_keys=True)})
     return rows
 
@@ -76,6 +78,8 @@ def markdown_table(run: EvalRun) -> str:
         adherence = "-"
         if overall is not None and overall.adherence is not None:
             adherence = f"{100 * overall.adherence:.0f}% (n={overall.adherence_n})"
+        if overall is not None and overall.adherence_untestable:
+            adherence += f", {overall.adherence_untestable} untestable"
         valid = f"{100 * overall.format_valid_rate:.0f}%" if overall else "-"
         cells = [name, *(_cell(per.get(b)) for b in benches), _cell(overall), adherence, valid]
         lines.append("| " + " | ".join(cells) + " |")
@@ -190,6 +194,8 @@ def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, floa
                 out[f"eval/{method}/{bench}/{key}"] = float(getattr(metrics, key))
             if metrics.adherence is not None:
                 out[f"eval/{method}/{bench}/adherence"] = float(metrics.adherence)
+            if metrics.adherence_untestable:
+                out[f"eval/{method}/{bench}/adherence_untestable"] = float(metrics.adherence_untestable)
         n = sum(1 for r in run.records if r.method == method)
         if run.seconds.get(method):
             out[f"eval/{method}/episodes_per_s"] = n / run.seconds[method]

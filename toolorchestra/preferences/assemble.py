@@ -12,28 +12,41 @@ read the tools and prices it is given instead of memorising one catalog:
   `[1/price_jitter, price_jitter]`, independently per instance; the orchestrator sees the prices in
   its system prompt and the reward's cost is computed from the same schedule;
 - **preference**: with probability `p_no_preference` none, else one drawn from the split's pairs.
+  An instance without one still gets efficiency terms in its reward: `default_preference`
+  (accuracy, cost and latency weights), each non-accuracy weight scaled by a factor drawn
+  uniformly from `[1 - j, 1 + j]` (`default_preference_jitter`), seeded per instance, written into
+  the instance (`Instance.default_preference`) so the exported rows carry it. The assembly owns
+  the default because it owns the training set: a run's rewards are then a property of its data
+  (versioned by DVC), and the episode config's `default_preference` is only the fallback for
+  instances built elsewhere. A user preference's vector is used as it is (an "accuracy, whatever
+  the cost" preference means what it says).
 
 Train instances use train tasks and train preferences; eval instances use held-out tasks (a seeded
-`eval_task_fraction` of each domain / QA category) and eval preferences, so neither tasks nor
-preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
+`eval_task_fraction` of each domain / QA category, whole evolution families at a time, see
+`split_units`) and eval
+preferences, so neither tasks, their evolutions, nor preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
 the price list) and the task with the preference appended, as `orchestra ask --preference` does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
 from toolorchestra.envs.task import dump_task
+from toolorchestra.episodes.environment import DEFAULT_PREFERENCE
 from toolorchestra.episodes.instance import Instance, Split
 from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_prompt
+from toolorchestra.episodes.reward import ACCURACY, check_preference
 from toolorchestra.preferences.pairs import PreferencePair, load_pairs
 from toolorchestra.tools.catalog import Catalog, ExpertBackend, Price
 
@@ -43,6 +56,11 @@ class AssemblyConfig(BaseModel):
 
     instances_per_task: int = Field(1, ge=1, le=100)
     p_no_preference: float = Field(0.2, ge=0.0, le=1.0)
+    default_preference: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_PREFERENCE),
+        description="the reward's weights of an instance without a preference (reward keys)")
+    default_preference_jitter: float = Field(
+        0.5, ge=0.0, lt=1.0, description="each non-accuracy default weight scaled by [1-j, 1+j] per instance")
     min_catalog_tools: int = Field(1, ge=0)
     price_jitter: float = Field(2.0, ge=1.0, le=100.0, description="prices scaled by [1/j, j]; 1 = none")
     eval_task_fraction: float = Field(0.1, ge=0.0, lt=1.0)
@@ -54,26 +72,79 @@ class AssemblyConfig(BaseModel):
     seed: int = 0
 
 
+    @field_validator("default_preference")
+    @classmethod
+    def _reward_keys(cls, vector: dict[str, float]) -> dict[str, float]:
+        return check_preference(vector)  # known keys and finite weights, or a one-line reason
+
+
 def _stable(seed: int, text: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{text}".encode()).digest()[:8], "big")
 
 
+def _calls_key(task: ToolUseTask, n: int) -> str:
+    return json.dumps([[a.name, a.arguments] for a in task.task.actions[:n]], sort_keys=True, default=str)
+
+
+def split_units(items: Iterable[Any]) -> dict[str, str]:
+    """Task id -> the unit a split keeps on one side: its evolution family (`.family`: a base task
+    and the tasks evolved from it), merged with every tool-use task of the same domain whose whole
+    golden-action list (names and arguments) starts another's. Either way a held-out task would
+    share a golden-action prefix with a training task. QA items are units of their own."""
+    items = list(items)
+    parent = {t.id: t.family for t in items}
+    roots = {f: f for f in parent.values()}
+
+    def find(x: str) -> str:
+        while roots[x] != x:
+            roots[x] = roots[roots[x]]
+            x = roots[x]
+        return x
+
+    whole: dict[tuple[str, str], list[str]] = defaultdict(list)  # (domain, all calls) -> task ids
+    tool_use = [t for t in items if isinstance(t, ToolUseTask) and t.task.actions]
+    for t in tool_use:
+        whole[(t.domain.name, _calls_key(t, len(t.task.actions)))].append(t.id)
+    for t in tool_use:
+        for n in range(1, len(t.task.actions) + 1):
+            for other in whole.get((t.domain.name, _calls_key(t, n)), []):
+                a, b = find(parent[t.id]), find(parent[other])
+                if a != b:
+                    roots[max(a, b)] = min(a, b)  # the smaller id names the unit: deterministic
+    return {tid: find(f) for tid, f in parent.items()}
+
+
 def split_tasks(pool: TaskPool, fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
-    """(train tasks, eval tasks): per domain / QA category, the `fraction` with the lowest seeded
-    hash of their id go to eval (at least one where a stratum has two or more and fraction > 0)."""
+    """(train tasks, eval tasks): per domain / QA category, whole units (`split_units`: an
+    evolution family, with the tasks sharing its golden-action prefix) go to eval in the order of
+    a seeded hash of the unit id until at least the `fraction` of the stratum's tasks is reached
+    (at least one unit where a stratum has two or more and fraction > 0; never the last one).
+    Splitting tasks one by one put an evolved task and its base on different sides, so held-out
+    tasks shared a golden-action prefix with training tasks."""
     strata: dict[str, list[Any]] = defaultdict(list)
     for item in pool.qa:
         strata[f"qa:{item.qa_category}"].append(item)
     for task in pool.tool_use:
         strata[f"tool_use:{task.domain.name}"].append(task)
+    unit_of = split_units([*pool.qa, *pool.tool_use])
     train, evaluation = [], []
     for key in sorted(strata):
-        items = sorted(strata[key], key=lambda t: _stable(seed, t.id))
-        n_eval = 0
-        if fraction > 0 and len(items) >= 2:
-            n_eval = min(len(items) - 1, max(1, round(fraction * len(items))))
-        evaluation.extend(items[:n_eval])
-        train.extend(items[n_eval:])
+        items = strata[key]
+        units: dict[str, list[Any]] = defaultdict(list)
+        for item in items:
+            units[unit_of[item.id]].append(item)
+        order = sorted(units, key=lambda u: (_stable(seed, u), u))
+        target = 0
+        if fraction > 0 and len(order) >= 2:
+            target = min(len(items) - 1, max(1, round(fraction * len(items))))
+        held: list[Any] = []
+        for unit in order[:-1]:  # the last unit always trains
+            if len(held) >= target:
+                break
+            held.extend(units[unit])
+        held_ids = {t.id for t in held}
+        evaluation.extend(sorted(held, key=lambda t: _stable(seed, t.id)))
+        train.extend(sorted((t for t in items if t.id not in held_ids), key=lambda t: _stable(seed, t.id)))
     return train, evaluation
 
 
@@ -82,6 +153,12 @@ def perturbed(price: Price, rng: random.Random, jitter: float) -> Price:
         return price
     factor = math.exp(rng.uniform(-math.log(jitter), math.log(jitter)))
     return Price(**{k: float(f"{v * factor:.6g}") for k, v in price.model_dump().items()})
+
+
+def perturbed_weights(vector: dict[str, float], rng: random.Random, jitter: float) -> dict[str, float]:
+    """`vector` with every weight but accuracy's scaled by a factor uniform in [1-jitter, 1+jitter]."""
+    return {k: w if k == ACCURACY or jitter == 0 else float(f"{w * rng.uniform(1 - jitter, 1 + jitter):.4g}")
+            for k, w in sorted(vector.items())}
 
 
 def answer_tools(catalog: Catalog) -> list[str]:
@@ -170,9 +247,15 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
         {"role": "system", "content": _system_prompt(config, policy, sheet)},
         {"role": "user", "content": user_message(question, preference.instruction if preference else None)},
     ]
+    default = None
+    if preference is None:  # its own generator, so the other draws stay what they were
+        default = perturbed_weights(config.default_preference,
+                                    random.Random(f"{config.seed}:{split}:{task_id}:{copy}:default_preference"),
+                                    config.default_preference_jitter)
     return Instance(
         id=f"{split}-{task_id}-{copy}", split=split, kind=kind, task_id=task_id, data_source=data_source,
-        domain=domain, task=payload, ground_truth=truth, preference=preference, catalog_tools=tools,
+        domain=domain, task=payload, ground_truth=truth, preference=preference, default_preference=default,
+        catalog_tools=tools,
         domain_tools=domain_tools, tool_prices=tool_prices, model_prices=model_prices, prompt=prompt,
     )
 

@@ -106,6 +106,9 @@ class PreferenceBuild:
         for split, items in self.instances.items():
             if items:
                 out[f"instances_{split}_with_preference"] = float(sum(i.preference is not None for i in items))
+                out[f"instances_{split}_efficiency_share"] = sum(  # reward weighs cost or latency
+                    bool({"cost", "latency"} & set(i.preference.vector if i.preference else i.default_preference or {}))
+                    for i in items) / len(items)
                 out[f"instances_{split}_mean_tools"] = sum(len(i.catalog_tools) for i in items) / len(items)
         if self.propose_stats is not None:
             for key, value in self.propose_stats.model_dump().items():

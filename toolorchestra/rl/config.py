@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from toolorchestra.episodes.environment import EpisodeConfig
+from toolorchestra.episodes.reward import DEFAULT_DEAD_BAND, DeadBand
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -47,6 +48,36 @@ class SFTSettings(BaseModel):
     max_examples: int | None = Field(64, ge=1, le=10_000_000)
 
 
+class BandSettings(BaseModel):
+    """One key family's dead band: a group range at most max(absolute, relative * largest |value|)
+    counts as constant (`toolorchestra.episodes.reward`)."""
+
+    model_config = _STRICT
+
+    absolute: float = Field(0.0, ge=0, allow_inf_nan=False, description="in the metric's unit")
+    relative: float = Field(0.0, ge=0, allow_inf_nan=False, description="fraction of the group's largest magnitude")
+
+
+def _band(key: str) -> BandSettings:
+    default = DEFAULT_DEAD_BAND[key]
+    return BandSettings(absolute=default.absolute, relative=default.relative)
+
+
+class DeadBandSettings(BaseModel):
+    """Dead bands per key family; defaults are the reward module's `DEFAULT_DEAD_BAND`."""
+
+    model_config = _STRICT
+
+    cost: BandSettings = Field(default_factory=lambda: _band("cost"), description="USD")
+    latency: BandSettings = Field(default_factory=lambda: _band("latency"), description="seconds")
+    calls: BandSettings = Field(default_factory=lambda: _band("calls"), description="calls (every calls/<tool>)")
+
+    def bands(self) -> dict[str, DeadBand]:
+        """The mapping `group_rewards(dead_band=...)` takes."""
+        return {key: DeadBand(absolute=b.absolute, relative=b.relative)
+                for key, b in (("cost", self.cost), ("latency", self.latency), ("calls", self.calls))}
+
+
 class GRPOSettings(BaseModel):
     """TRL GRPOTrainer settings (the loss and optimiser are TRL's)."""
 
@@ -61,6 +92,8 @@ class GRPOSettings(BaseModel):
     epsilon_high: float = Field(0.28, gt=0)
     clip_advantage: float = Field(3.0, gt=0)
     min_std: float = Field(0.1, ge=0, description="groups whose reward spread is at most this are filtered")
+    dead_band: DeadBandSettings = Field(default_factory=DeadBandSettings,
+                                        description="metric ranges that count as constant (both backends)")
     temperature: float = Field(1.0, gt=0)
     max_completion_length: int = Field(1024, ge=16, le=1_048_576, description="tokens of a whole multi-turn completion")
     save_steps: int = Field(1, ge=1, le=1_000_000)

@@ -13,23 +13,32 @@ response schema. So the phases are:
    (every later turn, observations included) and `env_mask` (1 on sampled tokens, 0 on tool
    observations and template text: TRL multiplies it into the loss mask, so observations carry no
    gradient). Logprobs are not returned: TRL recomputes them with the same model.
-2. **score** (`OrchestraAdvantage`, TRL's `reward_funcs`): per group, the rollouts that are valid
-   (well-formed and answered) go through `group_rewards` and then `group_advantages`, the one
-   reward contract (`toolorchestra.episodes.reward`). The value handed to TRL is that advantage; an
-   invalid rollout gets `None` (TRL: no reward, left out of the group's baseline, advantage 0) and a
-   filtered group gets 0 everywhere.
-3. **advantage**: with `scale_rewards="none"` TRL computes `r - mean(r)` per group over the non-None
-   values. Our advantages are z-scores (mean 0 within the valid rollouts), so TRL's advantages are
-   exactly `group_advantages`, as long as no z-score was clipped: with `num_generations <= 10` a
-   z-score cannot exceed 3 (its bound is (n-1)/sqrt(n)), so with the default clip of 3 the
-   equality is exact; beyond that a clipped group is re-centred by TRL.
-4. **update**: TRL's loss (`loss_type`, PPO-style clipping with `epsilon` / `epsilon_high`, optional
+2. **score** (`OrchestraAdvantage.score`): per group, every rollout goes through `group_rewards`
+   (with the settings' dead band) and then `group_advantages`, the one reward contract
+   (`toolorchestra.episodes.reward`). An invalid rollout (malformed call or no answer) counts as
+   wrong inside its group: reward 0, accuracy 0, its cost and latency on the scale, as in the
+   released code. The value handed to TRL (`reward_funcs`) is that advantage.
+3. **filtered groups leave the batch**: a group whose advantages are `None` (no reward spread)
+   carries no gradient, and TRL would still count its tokens in the loss normaliser
+   (`num_items_in_batch`, the loss mask's sum) and so shrink every other group's update. TRL
+   computes that mask from `completion_mask * env_mask` right after the rollout, before any reward
+   exists, and `env_mask` is the rollout function's to set; so the rollout function scores the
+   groups itself (the same pure `score`, again in the reward function: it is cheap and
+   deterministic) and returns an all-zero `env_mask` for a filtered group's completions. They then
+   add nothing to the loss, the KL term or the normaliser; TRL's loss is not re-implemented.
+4. **advantage**: with `scale_rewards="none"` TRL computes `r - mean(r)` per group. Our advantages
+   are z-scores (mean 0 within the group), so TRL's advantages are exactly `group_advantages`, as
+   long as no z-score was clipped: with `num_generations <= 10` a z-score cannot exceed 3 (its
+   bound is (n-1)/sqrt(n)), so with the default clip of 3 the equality is exact; beyond that a
+   clipped group is re-centred by TRL.
+5. **update**: TRL's loss (`loss_type`, PPO-style clipping with `epsilon` / `epsilon_high`, optional
    KL with `beta`) and optimiser, unchanged.
 
 The real reward statistics (the advantage is what TRL sees as "reward") are logged through TRL's
 `log_metric` under `orchestra/...`: reward mean/std, accuracy, format-valid and answered rates,
-mean cost and latency, calls per tool, the share of groups filtered and of groups with zero
-reward spread. Runs on one process (CPU, or one CUDA GPU in bf16); a group must not be split across
+mean cost and latency, calls per tool, the share of groups filtered (`groups_filtered`: masked
+out of the loss) and of groups with zero reward spread (`frac_reward_zero_std`), and the share of
+completions masked out (`completions_masked`). Runs on one process (CPU, or one CUDA GPU in bf16); a group must not be split across
 processes, which a single process guarantees.
 """
 
@@ -38,14 +47,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.episodes.environment import Rollout, RolloutEnvironment
 from toolorchestra.episodes.instance import Instance
-from toolorchestra.episodes.reward import group_advantages, group_rewards
+from toolorchestra.episodes.reward import DeadBand, group_advantages, group_rewards
 from toolorchestra.rl.config import GRPOSettings
 from toolorchestra.rl.transcript import RolloutPolicy
 
@@ -66,8 +76,9 @@ class OrchestraRollouts:
     """TRL `rollout_func`: run the episodes and return token-exact completions with `env_mask`."""
 
     def __init__(self, env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
-                 *, max_completion_length: int, temperature: float) -> None:
-        self.env, self.tokenizer = env, tokenizer
+                 *, max_completion_length: int, temperature: float,
+                 scorer: OrchestraAdvantage | None = None) -> None:
+        self.env, self.tokenizer, self.scorer = env, tokenizer, scorer
         self.by_id = {i.id: i for i in instances}
         self.max_completion_length, self.temperature = max_completion_length, temperature
         self.policy_factory: Callable[..., RolloutPolicy] = RolloutPolicy
@@ -95,9 +106,24 @@ class OrchestraRollouts:
             completion_ids.append(ids)
             env_mask.append(mask)
         policy.clear()
+        if self.scorer is not None:  # a filtered group leaves the loss and its normaliser
+            score = self.scorer.score(rollouts)
+            env_mask = [[0] * len(mask) if adv is None else mask for mask, adv in zip(env_mask, score.advantages, strict=True)]
         self.last = rollouts
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
                 "env_mask": env_mask, "rollout": rollouts}
+
+
+@dataclass
+class BatchScore:
+    """One step's rollouts scored: per rollout its reward and advantage (`None`: its group is
+    filtered), and the counts the step's metrics need."""
+
+    rewards: list[float]
+    advantages: list[float | None]
+    groups: int
+    filtered: int
+    zero_spread: int
 
 
 class OrchestraAdvantage:
@@ -106,50 +132,53 @@ class OrchestraAdvantage:
     __name__ = "orchestra"
 
     def __init__(self, env: RolloutEnvironment, num_generations: int, *, clip: float = 3.0,
-                 min_std: float = 0.1) -> None:
+                 min_std: float = 0.1, dead_band: Mapping[str, DeadBand] | None = None) -> None:
         self.env, self.num_generations, self.clip, self.min_std = env, num_generations, clip, min_std
-        self.last_rewards: list[float | None] = []
+        self.dead_band = dead_band
+        self.last_rewards: list[float] = []
         self.last_stats: dict[str, float] = {}
 
-    def __call__(self, prompts: list[Any], completions: list[Any], rollout: list[Rollout],
-                 log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float | None]:
+    def score(self, rollout: list[Rollout]) -> BatchScore:
+        """Rewards and advantages of consecutive groups of `num_generations` rollouts; an invalid
+        rollout is a wrong one of its group."""
         n, size = len(rollout), self.num_generations
         if n % size:
             raise ValueError(f"{n} rollouts do not form groups of {size}")
-        advantages: list[float | None] = [None] * n
-        rewards: list[float | None] = [None] * n
+        rewards: list[float] = []
+        advantages: list[float | None] = []
         filtered = zero_spread = 0
         for start in range(0, n, size):
             group = rollout[start:start + size]
             if len({r.instance.id for r in group}) != 1:
                 raise ValueError("a GRPO group mixes instances; rollouts must arrive grouped by prompt")
-            keep = [i for i, r in enumerate(group) if r.valid]
-            values = group_rewards([group[i].metrics() for i in keep], [group[i].correct for i in keep],
-                                   self.env.preference(group[0].instance)) if keep else []
-            adv = group_advantages(values, clip=self.clip, min_std=self.min_std) if keep else None
-            if adv is None:
-                filtered += 1
-            if not values or max(values) == min(values):
-                zero_spread += 1
-            for j, i in enumerate(keep):
-                rewards[start + i] = values[j]
-                advantages[start + i] = adv[j] if adv is not None else 0.0
-        self.last_rewards = rewards
-        self.last_stats = batch_stats(rollout, rewards, groups=n // size, filtered=filtered, zero_spread=zero_spread)
+            values = group_rewards([r.metrics() for r in group], [r.valid and r.correct for r in group],
+                                   self.env.preference(group[0].instance), self.dead_band)
+            adv = group_advantages(values, clip=self.clip, min_std=self.min_std)
+            filtered += adv is None
+            zero_spread += max(values) == min(values)
+            rewards.extend(values)
+            advantages.extend(adv if adv is not None else [None] * size)
+        return BatchScore(rewards, advantages, groups=n // size, filtered=filtered, zero_spread=zero_spread)
+
+    def __call__(self, prompts: list[Any], completions: list[Any], rollout: list[Rollout],
+                 log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
+        score = self.score(rollout)
+        self.last_rewards = score.rewards
+        self.last_stats = batch_stats(rollout, score)
         if log_metric is not None:
             for key, value in self.last_stats.items():
                 log_metric(f"orchestra/{key}", value)
-        return advantages
+        # A filtered group's completions are masked out of the loss by the rollout function; 0
+        # keeps TRL's per-group centring finite for them.
+        return [a if a is not None else 0.0 for a in score.advantages]
 
 
-def batch_stats(rollouts: list[Rollout], rewards: list[float | None], *, groups: int, filtered: int,
-                zero_spread: int) -> dict[str, float]:
-    """The step's orchestrator metrics (rewards over valid rollouts, rates over all)."""
-    n = len(rollouts)
-    scored = [r for r in rewards if r is not None]
+def batch_stats(rollouts: list[Rollout], score: BatchScore) -> dict[str, float]:
+    """The step's orchestrator metrics (rewards and rates over every rollout)."""
+    n, rewards, groups = len(rollouts), score.rewards, score.groups
     stats = {
-        "reward_mean": statistics.fmean(scored) if scored else 0.0,
-        "reward_std": statistics.pstdev(scored) if len(scored) > 1 else 0.0,
+        "reward_mean": statistics.fmean(rewards),
+        "reward_std": statistics.pstdev(rewards) if n > 1 else 0.0,
         "accuracy": sum(r.correct for r in rollouts) / n,
         "format_valid_rate": sum(r.format_valid for r in rollouts) / n,
         "answered_rate": sum(r.answered for r in rollouts) / n,
@@ -157,8 +186,9 @@ def batch_stats(rollouts: list[Rollout], rewards: list[float | None], *, groups:
         "cost_mean": statistics.fmean(r.trajectory.cost_usd for r in rollouts),
         "latency_mean": statistics.fmean(r.trajectory.latency_s for r in rollouts),
         "turns_mean": statistics.fmean(len(r.trajectory.turns) for r in rollouts),
-        "groups_filtered": filtered / groups,
-        "frac_reward_zero_std": zero_spread / groups,
+        "groups_filtered": score.filtered / groups,
+        "frac_reward_zero_std": score.zero_spread / groups,
+        "completions_masked": sum(a is None for a in score.advantages) / n,
     }
     calls: Counter[str] = Counter()
     for rollout in rollouts:
@@ -232,10 +262,10 @@ def build_grpo_trainer(
     if not instances:
         raise ConfigError(None, "no training instances", key="data")
     dataset = datasets.Dataset.from_list([prompt_row(i) for i in instances])
-    rollouts = OrchestraRollouts(env, instances, tokenizer, max_completion_length=settings.max_completion_length,
-                                 temperature=settings.temperature)
     reward = OrchestraAdvantage(env, settings.num_generations, clip=settings.clip_advantage,
-                                min_std=settings.min_std)
+                                min_std=settings.min_std, dead_band=settings.dead_band.bands())
+    rollouts = OrchestraRollouts(env, instances, tokenizer, max_completion_length=settings.max_completion_length,
+                                 temperature=settings.temperature, scorer=reward)
     args = grpo_args(settings, output_dir, use_cpu=use_cpu, bf16=bf16, seed=seed,
                      max_steps=max_steps or settings.steps)
     trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,

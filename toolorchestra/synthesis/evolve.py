@@ -4,7 +4,9 @@ The task's golden actions are replayed, then the chain is extended from a record
 already reached: ask for one more value, hop to a related record and ask about it, add another
 write, or add a write guarded by a condition the agent must check. The new steps run through the
 engine like the originals, so the evolved task still replays and its new `communicate_info`
-values are what the reads returned. Returns None when no extension applies.
+values are what the reads returned. Returns None when no extension applies. The evolved task
+records its family's base task in `description.evolved_from` (`Task.family`), so the training
+split and the evaluation's held-out set keep a base task and its evolutions on one side.
 
 Usage: `harder = evolve_task(task, synth, seed=3)` with a `ProceduralSynthesizer` for the domain.
 """
@@ -94,6 +96,7 @@ def _extend(task: Task, chain: Chain, kind: str) -> Task:
     data["id"] = f"{task.id.rsplit('-e', 1)[0] if level > 1 else task.id}-e{level}"
     desc = data.setdefault("description", {})
     desc["notes"] = clean(f"{desc.get('notes') or ''}; evolved from {task.id} ({kind})")
+    desc["evolved_from"] = task.family  # the family's base task, so splits keep the family together
     scenario = data["user_scenario"]
     extra = clean(" ".join(chain.instructions))
     if isinstance(task.user_scenario.instructions, StructuredUserInstructions):

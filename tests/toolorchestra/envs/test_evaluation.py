@@ -88,6 +88,63 @@ def test_compare_args_and_reward_basis(env):
     assert score(env, make_task(reward_basis=["DB", "NL_ASSERTION"]), calls_of(task), []).skipped == ["NL_ASSERTION"]
 
 
+def test_reads_need_not_repeat_identical_arguments(env):
+    # Before: every golden action, reads included, had to be repeated with identical arguments, so
+    # reaching the same customer and order another way left a0 and a1 unmatched (action 0).
+    task = make_task()
+    calls = [{"name": "get_customer_details", "arguments": {"customer_no": "C101"}},  # user1's record
+             {"name": "list_orders_by_buyer_customer_no", "arguments": {"customer_id": "C101"}},  # ORD-0003/4
+             calls_of(task)[2]]
+    result = score(env, task, calls, ["21"])
+    assert (result.action, result.unmatched_actions, result.reward) == (1.0, [], 1.0)
+
+
+def test_a_read_of_other_entries_is_unmatched(env):
+    task = make_task()
+    calls = [{"name": "get_customer_details", "arguments": {"customer_no": "C102"}},  # not user1
+             {"name": "get_order_details", "arguments": {"order_code": "ORD-0004"}}]
+    assert score(env, task, calls, ["21"]).unmatched_actions == ["a0", "a1", "a2"]
+    # Writing ORD-0003 operates on it too, so the golden read of ORD-0003 is matched.
+    assert score(env, task, [*calls, calls_of(task)[2]], ["21"]).unmatched_actions == ["a0"]
+    refused = [{"name": "get_order_details", "arguments": {"order_code": "NOPE"}}, *calls_of(task)[1:]]
+    assert score(env, task, refused, ["21"]).unmatched_actions == ["a0"]  # a refused call reaches nothing
+
+
+def test_writes_are_matched_on_the_record_they_touch(env):
+    task = make_task()
+    other_value = [*calls_of(task)[:2], {"name": "update_order_shipping_carrier",
+                                         "arguments": {"order_code": "ORD-0003", "carrier": "ups"}}]
+    result = score(env, task, other_value, ["21"])
+    assert result.action == 1.0 and result.db == 0.0  # same entry operated on; the DB check sees the value
+    other_record = [*calls_of(task)[:2], {"name": "update_order_shipping_carrier",
+                                          "arguments": {"order_code": "ORD-0004", "carrier": "dhl"}}]
+    assert score(env, task, other_record, ["21"]).unmatched_actions == ["a2"]
+    other_tool = [*calls_of(task)[:2], {"name": "update_order_state", "arguments": {"order_code": "ORD-0003",
+                                                                                    "state": "open"}}]
+    assert score(env, task, other_tool, ["21"]).unmatched_actions == ["a2"]
+
+
+def test_path_parameters_are_part_of_a_write_target(env):
+    update = {"name": "update_order_parcels_status",
+              "arguments": {"order_code": "ORD-0003", "parcel_key": "PCL-0003-0", "status": "delivered"}}
+    task = Task(id="p", user_scenario={"instructions": "x"},
+                evaluation_criteria={"actions": [{"action_id": "w", **update}], "reward_basis": ["ACTION"]})
+    other = {**update, "arguments": {**update["arguments"], "parcel_key": "PCL-0003-1"}}
+    assert score(env, task, [update], []).action == 1.0
+    assert score(env, task, [other], []).action == 0.0
+
+
+def test_compare_args_keeps_tau2s_identical_argument_rule(env):
+    task = make_task(reward_basis=["ACTION"])
+    for action in task.evaluation_criteria.actions:
+        action.compare_args = list(action.arguments)  # tau2: compare these arguments
+    reached_otherwise = [{"name": "get_customer_details", "arguments": {"customer_no": "C101"}},
+                         {"name": "list_orders_by_buyer_customer_no", "arguments": {"customer_id": "C101"}},
+                         {"name": "update_order_shipping_carrier", "arguments": {"order_code": "ORD-0003", "carrier": "ups"}}]
+    assert score(env, task, reached_otherwise, []).unmatched_actions == ["a0", "a1", "a2"]
+    assert score(env, task, calls_of(task), []).action == 1.0
+
+
 @pytest.mark.parametrize(
     ("info", "said", "ok"),
     [

@@ -81,6 +81,27 @@ def test_heldout_excludes_training_tasks_or_uses_the_assembly_split(eval_tasks):
     assert sorted(t.id for t in [*derived.qa, *derived.tool_use]) == sorted(t.id for t in expected)
 
 
+def test_a_task_whose_base_trained_is_not_held_out():
+    # Before: held out meant "id not in the training set", so an evolved task whose base trained
+    # (sharing its golden-action prefix) counted as unseen.
+    from pathlib import Path
+
+    from toolorchestra.envs.task import Task
+    from toolorchestra.episodes.pool import DomainRef, TaskPool, ToolUseTask
+
+    ref = DomainRef(name="d", folder=Path("."))
+
+    def task(tid, calls, base=None):
+        return ToolUseTask(task=Task(id=tid, user_scenario={"instructions": "x"},
+                                     description={"evolved_from": base} if base else None,
+                                     evaluation_criteria={"actions": [{"action_id": str(i), "name": "get", "arguments": {"id": c}}
+                                                                      for i, c in enumerate(calls)]}), domain=ref)
+
+    pool = TaskPool(qa=[], tool_use=[task("t1", [1]), task("t1-e1", [1, 2], base="t1"), task("t2", [3])])
+    held = heldout_pool(pool, train_ids={"d/t1"}, fraction=0.1, seed=0)
+    assert [t.id for t in held.tool_use] == ["d/t2"]
+
+
 def test_stratified_sample_covers_strata_and_is_repeatable(eval_tasks):
     pool = load_pool(eval_tasks)
     from toolorchestra.evaluation.benchmarks import EvalItem

@@ -16,7 +16,10 @@ def record(method="m", bench="b", key="b/t1", variant="plain", correct=True, cos
 
 
 @pytest.mark.parametrize(("key", "prefer", "value", "neutral", "followed"), [
-    ("calls/web_search", "lower", 0, 0, True),      # not calling is following, even if it never did
+    ("calls/web_search", "lower", 0, 0, None),      # neither run called it: untestable, no free credit
+    ("calls/web_search", "lower", 1, 0, False),     # called it only when told not to: violated
+    ("calls/web_search", "lower", 0, 1, True),
+    ("cost", "lower", 0.0, 0.0, None),              # both free: nothing to lower
     ("calls/web_search", "lower", 1, 2, True),      # called less than without the instruction
     ("calls/web_search", "lower", 2, 2, False),
     ("calls/answer", "higher", 0, 0, False),        # asked to use it, never did
@@ -28,6 +31,7 @@ def record(method="m", bench="b", key="b/t1", variant="plain", correct=True, cos
     ("latency", "lower", 3.1, 3.0, False),
 ])
 def test_intent_followed(key, prefer, value, neutral, followed):
+    """`followed`: True, False, or None for an untestable intent."""
     assert intent_followed(key, prefer, value, neutral, margin=0.05) is followed
 
 
@@ -49,6 +53,29 @@ def test_adherence_pairs_instructed_with_neutral_and_skips_unoffered_tools():
     summary = summarize(records)["m"]["b"]
     assert summary.adherence == 0.5 and summary.adherence_n == 2
     assert summary.adherence_by_kind == {"avoid_tool": 1.0, "cost": 0.0}
+
+
+def test_a_tool_neither_run_called_gives_no_free_adherence_credit():
+    # Before: "avoid web search" with no call in either run counted as followed, so a method that
+    # never calls the tool scored 100% on avoidance without reading the instruction.
+    avoid = [{"key": "calls/web_search", "prefer": "lower"}]
+    cheap = [{"key": "cost", "prefer": "lower"}]
+    records = [
+        record(key="p/t1", variant="instructed", intents=avoid, calls={}, kind_="avoid_tool"),
+        record(key="p/t1", variant="neutral", intents=avoid, calls={}, kind_="avoid_tool"),
+        record(key="p/t2", variant="instructed", intents=avoid, calls={"web_search": 1}, kind_="avoid_tool"),
+        record(key="p/t2", variant="neutral", intents=avoid, calls={}, kind_="avoid_tool"),
+        record(key="p/t3", variant="instructed", intents=cheap, cost=0.005),
+        record(key="p/t3", variant="neutral", intents=cheap, cost=0.01),
+    ]
+    checks = adherence_checks(records)
+    assert [(c["key"], c["followed"], c["testable"]) for c in checks] == [
+        ("p/t1", None, False), ("p/t2", False, True), ("p/t3", True, True)]
+    summary = summarize(records)["m"]["b"]
+    assert summary.adherence == 0.5 and summary.adherence_n == 2 and summary.adherence_untestable == 1
+    assert summary.adherence_by_kind == {"avoid_tool": 0.0, "cost": 1.0}
+    only_untestable = summarize(records[:2])["m"]["b"]
+    assert only_untestable.adherence is None and only_untestable.adherence_untestable == 1
 
 
 def test_summary_pools_benchmarks_and_ignores_neutral_runs():

@@ -3,16 +3,23 @@ or preference shared between train and eval."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from toolorchestra.episodes.pool import load_pool
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble, choose_tools, perturbed, split_tasks
 from toolorchestra.preferences.grammar import generate_grammar_pairs
+from toolorchestra.preferences.pairs import Intent, PreferencePair
 from toolorchestra.preferences.split import SplitConfig, split_pairs
 from toolorchestra.tools.catalog import Price
+
+REPO = Path(__file__).resolve().parents[3]
+CHEAP = PreferencePair(id="cost-1", instruction="Keep the cost as low as you can.", vector={"accuracy": 1.0, "cost": 0.5},
+                       kind="cost", template="t-cost", intents=[Intent(key="cost", prefer="lower")])
 
 
 @pytest.fixture
@@ -77,6 +84,40 @@ def test_assembly_is_deterministic(expert_catalog, validated, built):
     assert [i.model_dump() for i in again["train"]] == [i.model_dump() for i in instances["train"]]
 
 
+def test_an_instance_without_a_preference_rewards_cost_and_latency(expert_catalog, validated, tmp_path):
+    # Before: such an instance carried no vector and the environment rewarded accuracy only.
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.episodes.environment import RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.episodes.rows import load_instances, write_verl_parquet
+
+    pool = load_pool(validated)
+    config = AssemblyConfig(instances_per_task=3, p_no_preference=1.0, eval_task_fraction=0.25, seed=3,
+                            default_preference={"accuracy": 1.0, "cost": 0.4, "latency": 0.2},
+                            default_preference_jitter=0.5)
+    instances = assemble(pool, expert_catalog, [], [], config)["train"]
+    env = RolloutEnvironment(expert_catalog, Settings(workspace=tmp_path), DomainLocator([validated]))
+    vectors = [env.preference(i) for i in instances]
+    assert all(i.preference is None for i in instances)
+    for vector in vectors:
+        assert set(vector) == {"accuracy", "cost", "latency"} and vector["accuracy"] == 1.0
+        assert 0.2 <= vector["cost"] <= 0.6 and 0.1 <= vector["latency"] <= 0.3
+    assert len({(v["cost"], v["latency"]) for v in vectors}) == len(vectors)  # perturbed per instance
+    again = assemble(pool, expert_catalog, [], [], config)["train"]
+    assert [i.default_preference for i in again] == [i.default_preference for i in instances]  # seeded
+    # The exported rows carry it (the trainers read instances back from them).
+    loaded = load_instances(write_verl_parquet(instances, tmp_path / "train.parquet"))
+    assert [env.preference(i) for i in loaded] == vectors
+    # An instance with a user preference is rewarded by that preference's vector.
+    with_pref = assemble(pool, expert_catalog, [CHEAP], [CHEAP], config.model_copy(update={"p_no_preference": 0.0}))
+    assert all(env.preference(i) == CHEAP.vector and i.default_preference is None for i in with_pref["train"])
+
+
+def test_default_preference_keys_are_the_rewards():
+    with pytest.raises(ValueError, match="unknown key"):
+        AssemblyConfig(default_preference={"accuracy": 1.0, "speed": 0.5})
+
+
 def test_helpers():
     import random
 
@@ -115,3 +156,78 @@ def load_catalog_for_test():
     from toolorchestra.tools.catalog import parse_catalog
 
     return parse_catalog(expert_catalog_data(), source="x")
+
+
+def _default_params_pool():
+    """The validated tool-use tasks of params.yaml's synthesize/validate sections, in memory."""
+    import yaml
+
+    from toolorchestra.envs.domain_tools import DomainEnv
+    from toolorchestra.episodes.pool import DomainRef, TaskPool, ToolUseTask
+    from toolorchestra.synthesis.build import synthesize_domain
+    from toolorchestra.synthesis.domains import load_embedded
+    from toolorchestra.synthesis.filters import filter_tasks
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    synth, validate, seed = params["synthesize"], params["validate"], params["base"]["seed"]
+    tasks = []
+    for name in synth["domains"]:
+        domain = load_embedded(name, seed=seed, size=synth["db_size"])
+        made = synthesize_domain(domain, tasks=synth["tasks_per_domain"], seed=seed,
+                                 evolve_fraction=synth["evolve_fraction"])
+        ref = DomainRef(name=name, folder=REPO)
+        ref.__dict__["domain"] = domain  # in memory: the cached property's slot
+        tasks += [ToolUseTask(task=t, domain=ref) for t in filter_tasks(made.tasks, DomainEnv(domain)).kept
+                  if validate["min_actions"] <= len(t.actions) <= validate["max_actions"]]
+    return TaskPool(qa=[], tool_use=tasks), params
+
+
+def test_default_params_hold_out_no_task_of_a_training_family():
+    # Before: tasks were split one by one, and 11 of 18 held-out tool-use tasks were evolved from,
+    # or evolved into, a training task (sharing its golden-action prefix).
+    import re
+
+    def family(t):  # read from the notes evolve writes, independently of Task.family
+        found = re.search(r"evolved from (\S+) \(", t.task.description.notes or "")
+        return f"{t.domain.name}/{found.group(1) if found else t.task.id}"
+
+    pool, params = _default_params_pool()
+    assert sum(family(t) != t.id for t in pool.tool_use) >= 30  # evolved tasks exist
+    train, held = split_tasks(pool, params["preferences"]["assembly"]["eval_task_fraction"], params["base"]["seed"])
+    assert len(held) >= 15 and len(train) + len(held) == len(pool.tool_use)
+    train_families = {family(t) for t in train}
+    assert [t.id for t in held if family(t) in train_families] == []
+    assert any(family(t) != t.id for t in held)  # evolved tasks are held out with their base
+
+    def calls(t):
+        return [(a.name, json.dumps(a.arguments, sort_keys=True)) for a in t.task.actions]
+
+    shared = [h.id for h in held for t in train if h.domain.name == t.domain.name
+              and calls(h)[:len(calls(t))] == calls(t)[:len(calls(h))]]
+    assert shared == []  # nor a golden-action prefix (a coincidental one joins the unit too)
+
+
+def test_split_units_join_families_and_prefixes():
+    from toolorchestra.envs.task import Task
+    from toolorchestra.episodes.pool import DomainRef, TaskPool, ToolUseTask
+    from toolorchestra.preferences.assemble import split_units
+
+    ref = DomainRef(name="d", folder=REPO)
+
+    def task(tid, calls, base=None):
+        desc = {"evolved_from": base} if base else None
+        return ToolUseTask(task=Task(id=tid, user_scenario={"instructions": "x"}, description=desc,
+                                     evaluation_criteria={"actions": [{"action_id": str(i), "name": n, "arguments": {"id": v}}
+                                                                      for i, (n, v) in enumerate(calls)]}), domain=ref)
+
+    items = [task("a", [("get", 1)]), task("a-e1", [("get", 1), ("set", 2)], base="a"),
+             task("b", [("get", 1), ("get", 3)]),  # starts with a's whole list: same unit
+             task("c", [("get", 4)]), task("c-e1", [("get", 4), ("get", 5)], base="c"), task("e", [("get", 9)])]
+    units = split_units(items)
+    assert units["d/a"] == units["d/a-e1"] == units["d/b"] == "d/a"
+    assert units["d/c"] == units["d/c-e1"] == "d/c" and units["d/e"] == "d/e"
+    train, held = split_tasks(TaskPool(qa=[], tool_use=items), 0.3, seed=0)
+    for group in (("d/a", "d/a-e1", "d/b"), ("d/c", "d/c-e1")):
+        sides = {t.id in {h.id for h in held} for t in items if t.id in group}
+        assert len(sides) == 1  # one side per unit
+    assert held and train

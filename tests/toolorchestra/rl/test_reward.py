@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.episodes import reward as reward_module
-from toolorchestra.episodes.reward import RewardInputError, group_advantages, group_rewards
+from toolorchestra.episodes.reward import (
+    DEFAULT_DEAD_BAND,
+    NO_DEAD_BAND,
+    DeadBand,
+    RewardInputError,
+    group_advantages,
+    group_rewards,
+)
 
 TOOLS = ("web_search", "code_interpreter", "expert_llm")
 KEYS = ("accuracy", "cost", "latency") + tuple(f"calls/{t}" for t in TOOLS)
@@ -32,8 +39,9 @@ dyadic = st.one_of(
 weights_st = st.floats(-5.0, 5.0, allow_nan=False, allow_infinity=False)
 
 
-def reference_rewards(metrics, correct, preference):
-    """The definition, written as plainly as possible and independently of the module."""
+def reference_rewards(metrics, correct, preference, dead_band=None):
+    """The definition, written as plainly as possible and independently of the module.
+    `dead_band`: {"cost" | "latency" | "calls": (absolute, relative)}; None: no band."""
     n = len(metrics)
     out = [0.0] * n
     for key, weight in preference.items():
@@ -46,6 +54,10 @@ def reference_rewards(metrics, correct, preference):
         lo, hi = min(values), max(values)
         if lo == hi:
             continue
+        family = "calls" if key.startswith("calls/") else key
+        absolute, relative = (dead_band or {}).get(family, (0.0, 0.0))
+        if hi - lo <= max(absolute, relative * max(abs(v) for v in values)):
+            continue  # inside the dead band: constant
         for i in range(n):
             if correct[i]:
                 out[i] += weight * (values[i] - lo) / (hi - lo)
@@ -72,13 +84,82 @@ def groups(draw, min_size=1, max_size=8, keys=KEYS):
 # Properties of group_rewards
 
 
+# Dead bands as (absolute, relative) per key family; the absolute ones are multiples of 1/64 (or a
+# hair under one) so ties with a range are common and the boundary is exercised.
+band_values = st.tuples(st.sampled_from([0.0, 1 / 64, 0.5, 1.0, 2.0]), st.sampled_from([0.0, 0.01, 0.25]))
+dead_bands = st.dictionaries(st.sampled_from(["cost", "latency", "calls"]), band_values, max_size=3)
+absolute_bands = st.dictionaries(st.sampled_from(["cost", "latency", "calls"]),
+                                 st.tuples(st.sampled_from([0.0, 1 / 64, 0.5, 2.0]), st.just(0.0)), max_size=3)
+
+
+def as_bands(bands):
+    return {k: DeadBand(absolute=a, relative=r) for k, (a, r) in bands.items()}
+
+
+DEFAULT_BANDS = {k: (b.absolute, b.relative) for k, b in DEFAULT_DEAD_BAND.items()}
+
+
 @SETTINGS
-@given(groups())
-def test_matches_reference_definition(group):
+@given(groups(), dead_bands)
+def test_matches_reference_definition(group, bands):
     metrics, correct, preference = group
-    assert group_rewards(metrics, correct, preference) == pytest.approx(
+    assert group_rewards(metrics, correct, preference, as_bands(bands)) == pytest.approx(
+        reference_rewards(metrics, correct, preference, bands), abs=1e-9
+    )
+    assert group_rewards(metrics, correct, preference, NO_DEAD_BAND) == pytest.approx(
         reference_rewards(metrics, correct, preference), abs=1e-9
     )
+    assert group_rewards(metrics, correct, preference) == pytest.approx(  # the default bands
+        reference_rewards(metrics, correct, preference, DEFAULT_BANDS), abs=1e-9
+    )
+
+
+@SETTINGS
+@given(groups(min_size=2), dead_bands)
+def test_a_range_inside_the_dead_band_is_skipped_and_one_outside_is_not(group, bands):
+    metrics, correct, preference = group
+    for key in ("cost", "latency"):
+        values = [row[key] for row in metrics]
+        span, scale = max(values) - min(values), max(map(abs, values))
+        absolute, relative = bands.get(key, (0.0, 0.0))
+        with_key = group_rewards(metrics, correct, {**preference, key: 1.0}, as_bands(bands))
+        rest = {k: w for k, w in preference.items() if k != key}
+        without = group_rewards(metrics, correct, rest, as_bands(bands)) if rest else [0.0] * len(metrics)
+        inside = span <= max(absolute, relative * scale)
+        assert (with_key == pytest.approx(without, abs=1e-12)) or not inside
+        if not inside and any(c and v == min(values) for c, v in zip(correct, values)):
+            # A right rollout at the cheapest end gets the key's whole weight on top.
+            best = next(i for i, (c, v) in enumerate(zip(correct, values)) if c and v == min(values))
+            assert with_key[best] == pytest.approx(without[best] + 1.0, abs=1e-9)
+
+
+def test_latency_jitter_and_dust_cost_are_no_reward_unit():
+    # Before the dead band, 1 ms of jitter or 1e-12 USD was a full reward unit: [1.0, 0.0].
+    jitter = [{"latency": 10.0}, {"latency": 10.001}]
+    assert group_rewards(jitter, [True, True], {"accuracy": 1.0, "latency": 1.0}) == [0.0, 0.0]
+    dust = [{"cost": 3e-12}, {"cost": 4e-12}]
+    assert group_rewards(dust, [True, True], {"accuracy": 1.0, "cost": 1.0}) == [0.0, 0.0]
+    # Real differences still count, and NO_DEAD_BAND is exact min-max.
+    assert group_rewards([{"latency": 10.0}, {"latency": 12.0}], [True, True], {"latency": 1.0}) == [1.0, 0.0]
+    assert group_rewards(jitter, [True, True], {"latency": 1.0}, NO_DEAD_BAND) == [1.0, 0.0]
+    # Calls are counts: by default one call more is a difference.
+    assert group_rewards([{"calls/x": 0}, {"calls/x": 1}], [True, True], {"calls/x": -1.0}) == [0.0, -1.0]
+
+
+@pytest.mark.parametrize(
+    "bands, match",
+    [({"accuracy": DeadBand()}, "unknown key 'accuracy'"), ({"cost": (1.0, 0.0)}, "must be a DeadBand"),
+     ([("cost", DeadBand())], "must be a mapping")],
+)
+def test_malformed_dead_band(bands, match):
+    with pytest.raises(RewardInputError, match=match):
+        group_rewards([{"cost": 1.0}], [True], {"cost": 1.0}, bands)
+
+
+@pytest.mark.parametrize("kwargs", [{"absolute": -1.0}, {"relative": float("nan")}])
+def test_dead_band_rejects_negative_or_non_finite_thresholds(kwargs):
+    with pytest.raises(RewardInputError, match="dead band"):
+        DeadBand(**kwargs)
 
 
 @SETTINGS
@@ -126,14 +207,15 @@ def test_constant_term_is_skipped(group, key, value):
 
 
 @SETTINGS
-@given(groups(), st.sampled_from(KEYS[1:]), st.integers(-64 * 50, 64 * 50).map(lambda k: k / 64))
-def test_adding_a_constant_to_a_metric_changes_nothing(group, key, shift):
+@given(groups(), st.sampled_from(KEYS[1:]), st.integers(-64 * 50, 64 * 50).map(lambda k: k / 64), absolute_bands)
+def test_adding_a_constant_to_a_metric_changes_nothing(group, key, shift, bands):
+    # Holds with absolute dead bands (a relative band depends on the magnitude, by design).
     metrics, correct, preference = group
     if key.startswith("calls/"):
         shift = float(round(shift))  # call counts shift by whole calls
     shifted = [{**row, key: row.get(key, 0) + shift} for row in metrics]
-    assert group_rewards(shifted, correct, preference) == group_rewards(
-        metrics, correct, preference
+    assert group_rewards(shifted, correct, preference, as_bands(bands)) == group_rewards(
+        metrics, correct, preference, as_bands(bands)
     )
 
 
@@ -175,7 +257,7 @@ def test_avoided_tool_lowers_reward_of_using_it(group, weight):
 
 
 # ---------------------------------------------------------------------------------------------
-# group_rewards: worked cases and decisions
+# Worked cases and decisions of group_rewards
 
 
 def test_normalisation_spans_all_rollouts_not_only_correct_ones():
@@ -228,7 +310,7 @@ def test_accepts_numpy_like_bools_and_ints():
 
 
 # ---------------------------------------------------------------------------------------------
-# group_rewards: bad input
+# Bad input to group_rewards
 
 
 @pytest.mark.parametrize("key", ["cost", "latency"])

@@ -95,15 +95,32 @@ def test_trl_advantages_are_the_reward_contracts(trainer, instance):
     rollouts = trainer.orchestra_rollouts.last
     assert [r.valid for r in rollouts] == [True, True, True, False]
     assert [r.correct for r in rollouts] == [True, True, False, False]
-    valid = [r for r in rollouts if r.valid]
-    rewards = group_rewards([r.metrics() for r in valid], [r.correct for r in valid], instance.preference.vector)
+    # The malformed rollout stays in its group as a wrong one (reward 0, on the cost scale).
+    rewards = group_rewards([r.metrics() for r in rollouts], [r.valid and r.correct for r in rollouts],
+                            instance.preference.vector, GRPOSettings().dead_band.bands())
     expected = group_advantages(rewards)
-    assert expected is not None and rewards[0] > rewards[1] > rewards[2] == 0.0  # cheaper correct wins
+    assert expected is not None and rewards[0] > rewards[1] > rewards[2] == rewards[3] == 0.0  # cheaper correct wins
     got = out["advantages"].tolist()
-    assert got[:3] == pytest.approx(expected, abs=1e-5)
-    assert got[3] == 0.0  # the malformed rollout: no reward, no gradient
-    assert trainer.orchestra_reward.last_rewards[:3] == pytest.approx(rewards)
+    assert got == pytest.approx(expected, abs=1e-5)
+    assert got[3] < 0  # wrong: pushed down, no longer "no gradient"
+    assert trainer.orchestra_reward.last_rewards == pytest.approx(rewards)
     assert trainer.orchestra_reward.last_stats["groups_filtered"] == 0.0
+
+
+def test_invalid_rollouts_count_as_wrong_so_a_right_right_invalid_invalid_group_trains(trainer):
+    # Before: the two invalid rollouts were dropped, the two right ones tied, and the group was
+    # filtered (advantages [0, 0, 0, 0]). The released code keeps them as wrong.
+    ScriptedRolloutPolicy.plan = ("golden", "golden", "malformed", "malformed")
+    try:
+        out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+    assert [r.valid for r in trainer.orchestra_rollouts.last] == [True, True, False, False]
+    got = out["advantages"].tolist()
+    assert got[0] == got[1] > 0 > got[2] == got[3]
+    assert got == pytest.approx([0.866, 0.866, -0.866, -0.866], abs=1e-3)
+    assert trainer.orchestra_reward.last_stats["groups_filtered"] == 0.0
+    assert out["tool_mask"][2].sum() > 0  # the invalid ones are trained (pushed down) too
 
 
 def test_a_group_without_spread_is_filtered(trainer):
@@ -115,6 +132,47 @@ def test_a_group_without_spread_is_filtered(trainer):
     assert out["advantages"].tolist() == [0.0] * 4
     assert trainer.orchestra_reward.last_stats["groups_filtered"] == 1.0
     assert trainer.orchestra_reward.last_stats["frac_reward_zero_std"] == 1.0
+    assert trainer.orchestra_reward.last_stats["completions_masked"] == 1.0
+    assert out["tool_mask"].sum() == 0 and out["num_items_in_batch"] == 0  # nothing left to train
+
+
+def test_a_filtered_group_leaves_the_loss_and_its_normaliser(trainer):
+    # Two groups in one batch: all-golden (no spread: filtered) and the mixed plan. Before, the
+    # filtered group's tokens stayed in TRL's loss mask with advantage 0 and inflated the DAPO
+    # normaliser (num_items_in_batch), so the mixed group's update was diluted.
+    ScriptedRolloutPolicy.plan = ("golden",) * 4 + PLAN
+    try:
+        both = trainer._generate_and_score_completions(generation_batch(trainer, 8))
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+    mask = both["completion_mask"] * both["tool_mask"]
+    assert mask[:4].sum() == 0 and mask[4:].sum() > 0
+    assert both["num_items_in_batch"] == mask[4:].sum()
+    stats = trainer.orchestra_reward.last_stats
+    assert stats["groups_filtered"] == 0.5 and stats["completions_masked"] == 0.5
+    alone = trainer._generate_and_score_completions(generation_batch(trainer, 4))  # the mixed group alone
+    assert both["num_items_in_batch"] == alone["num_items_in_batch"]
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which is not running
+    with torch.no_grad():
+        loss_both = trainer.compute_loss(trainer.model, both)
+        loss_alone = trainer.compute_loss(trainer.model, alone)
+    assert loss_alone != 0 and loss_both == pytest.approx(loss_alone.item(), rel=1e-4)
+
+
+def test_the_dead_band_reaches_the_trl_reward(trainer, instance):
+    # GRPO settings carry the dead band to the reward function: a huge cost band makes every cost
+    # difference "constant", so the right rollouts tie and only accuracy separates them.
+    reward = trainer.orchestra_reward
+    trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    rollouts = trainer.orchestra_rollouts.last
+    wide = GRPOSettings(dead_band={"cost": {"absolute": 1.0}}).dead_band.bands()
+    saved, reward.dead_band = reward.dead_band, wide
+    try:
+        score = reward.score(rollouts)
+    finally:
+        reward.dead_band = saved
+    assert score.rewards[0] == score.rewards[1] == 1.0 and score.rewards[2:] == [0.0, 0.0]
+    assert reward.score(rollouts).rewards[0] > reward.score(rollouts).rewards[1]  # default band: cost counts
 
 
 def test_tool_tokens_are_masked_from_the_loss(trainer, tiny_llm):
@@ -144,7 +202,8 @@ def test_one_grpo_step_moves_the_policy_and_logs_orchestra_metrics(trainer):
     step = tracker.history[0]
     for key in ("loss", "orchestra/reward_mean", "orchestra/reward_std", "orchestra/accuracy",
                 "orchestra/format_valid_rate", "orchestra/cost_mean", "orchestra/latency_mean",
-                "orchestra/groups_filtered", "orchestra/frac_reward_zero_std", "tokens_per_s"):
+                "orchestra/groups_filtered", "orchestra/frac_reward_zero_std", "orchestra/completions_masked",
+                "frac_reward_zero_std", "tokens_per_s"):
         assert key in step, key
     assert step["orchestra/accuracy"] == 0.5 and step["orchestra/format_valid_rate"] == 0.75
     assert any(k.startswith("orchestra/calls/") for k in step)

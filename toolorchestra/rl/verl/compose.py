@@ -19,6 +19,7 @@ configuration on a laptop without a GPU. `reference_yaml(settings)` is the resol
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,18 @@ def _list(paths: list[Path]) -> str:
     return "[" + ",".join(f"'{p}'" for p in paths) + "]"
 
 
+def _hydra_dict(bands: Mapping[str, Mapping[str, float]]) -> str:
+    """`{cost: {absolute: 1e-09, relative: 0.01}, ...}` in Hydra's override grammar."""
+    return "{" + ",".join(f"{k}:{{" + ",".join(f"{f}:{float(v)!r}" for f, v in b.items()) + "}"
+                          for k, b in bands.items()) + "}"
+
+
 def overrides(s: VerlSettings, files: VerlFiles, *, clip: float = 3.0, min_std: float = 0.1,
+              dead_band: Mapping[str, Mapping[str, float]] | None = None,
               ray_address: str | None = None) -> list[str]:
-    """Hydra overrides for `verl.trainer.main_ppo` (see the module docstring)."""
+    """Hydra overrides for `verl.trainer.main_ppo` (see the module docstring). `dead_band`:
+    the GRPO settings' bands per key family (`DeadBandSettings.model_dump()`); None: the reward's
+    defaults."""
     out = [
         "algorithm.adv_estimator=grpo",
         "algorithm.norm_adv_by_std_in_grpo=false",
@@ -101,6 +111,7 @@ def overrides(s: VerlSettings, files: VerlFiles, *, clip: float = 3.0, min_std: 
         "reward.custom_reward_function.name=compute_score",
         f"+reward.custom_reward_function.reward_kwargs.clip={clip}",
         f"+reward.custom_reward_function.reward_kwargs.min_std={min_std}",
+        *([f"+reward.custom_reward_function.reward_kwargs.dead_band={_hydra_dict(dead_band)}"] if dead_band else []),
         "trainer.logger=[console,mlflow]",
         f"trainer.project_name={s.project_name}",
         f"trainer.experiment_name={s.experiment_name}",
@@ -161,7 +172,8 @@ REFERENCE = Path("infra") / "verl" / "ppo_orchestra.yaml"
 REGENERATE = f"orchestra train --backend verl --reference {REFERENCE.as_posix()}"
 
 
-def reference_yaml(s: VerlSettings, *, clip: float, min_std: float) -> str:
+def reference_yaml(s: VerlSettings, *, clip: float, min_std: float,
+                   dead_band: Mapping[str, Mapping[str, float]] | None = None) -> str:
     """The committed reference (`REFERENCE`): the config composed from `s`, with the run's files
     named relative to the workspace (`.orchestra/verl/<experiment>/`, where a dry run writes them)
     and `ray_address=auto`, under a header that lists the overrides. Deterministic: a test compares
@@ -171,7 +183,7 @@ def reference_yaml(s: VerlSettings, *, clip: float, min_std: float) -> str:
     folder = Path(".orchestra") / "verl" / s.experiment_name
     files = VerlFiles(train=folder / "train.parquet", val=folder / "val.parquet", tool_config=folder / "tools.yaml",
                       agent_loops=folder / "agent_loops.yaml", checkpoints=folder / "checkpoints")
-    hydra_overrides = overrides(s, files, clip=clip, min_std=min_std, ray_address="auto")
+    hydra_overrides = overrides(s, files, clip=clip, min_std=min_std, dead_band=dead_band, ray_address="auto")
     composed = compose(hydra_overrides)
     validate(composed)
     header = [

@@ -77,7 +77,8 @@ def prepare(config: TrainConfig, instances: list[Instance], *, catalog: Catalog,
     atomic_write_text(files.agent_loops, yaml.safe_dump(loops, sort_keys=False))
     address = config.verl.ray_address or os.environ.get("RAY_ADDRESS") or settings.ray_address
     hydra_overrides = verl_compose.overrides(config.verl, files, clip=config.grpo.clip_advantage,
-                                             min_std=config.grpo.min_std, ray_address=address)
+                                             min_std=config.grpo.min_std,
+                                             dead_band=config.grpo.dead_band.model_dump(), ray_address=address)
     composed = verl_compose.compose(hydra_overrides)
     verl_compose.validate(composed)
     atomic_write_text(folder / "ppo_orchestra.yaml", verl_compose.flatten_yaml(composed))

@@ -7,14 +7,16 @@ posts its rollout's record (written by the `orchestra_agent` loop into `extra_in
 to a `GroupBoard` and waits until the whole group (`rollout.n` rollouts of the same prompt uid) has
 arrived; then every member computes, from the same group:
 
-    rewards    = group_rewards(metrics of valid rollouts, correct, preference)
+    rewards    = group_rewards(metrics, valid and correct, preference, dead_band)
     advantages = group_advantages(rewards, clip, min_std)
 
-and returns its advantage as the score (0 for an invalid rollout or a filtered group), with the
+over every rollout of the group: an invalid one (malformed call or no answer) counts as wrong, as
+in the released code. It returns its advantage as the score (0 in a filtered group), with the
 reward, accuracy and validity as extra info. With `algorithm.adv_estimator=grpo` and
 `algorithm.norm_adv_by_std_in_grpo=false` verl's advantage is `score - mean(score)` over the group,
-and the scores' group mean is 0 (the z-scores of the valid rollouts sum to 0; the others are 0),
-so verl trains on exactly the contract's advantages, as the TRL backend does.
+and the scores' group mean is 0 (z-scores sum to 0), so verl trains on exactly the contract's
+advantages, as the TRL backend does. `dead_band` comes from the GRPO settings
+(`reward_kwargs.dead_band`, `{cost|latency|calls: {absolute, relative}}`).
 
 The board is in-process when Ray is not initialised (tests, a single process), and a named Ray
 actor otherwise, so reward workers in different processes meet. A group that does not complete
@@ -27,9 +29,10 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
-from toolorchestra.episodes.reward import group_advantages, group_rewards
+from toolorchestra.episodes.reward import DeadBand, group_advantages, group_rewards
 
 log = logging.getLogger(__name__)
 BOARD_NAME = "orchestra_group_board"
@@ -88,26 +91,33 @@ async def _submit(key: str, size: int, record: dict[str, Any], timeout_s: float)
     return await _LOCAL_BOARD.submit(key, size, record, timeout_s)
 
 
-def score_group(records: list[dict[str, Any]], me: int, *, clip: float, min_std: float) -> dict[str, Any]:
+def dead_bands(raw: Mapping[str, Any] | None) -> dict[str, DeadBand] | None:
+    """`reward_kwargs.dead_band` (plain or OmegaConf mappings) as the reward's bands; None: defaults."""
+    if raw is None:
+        return None
+    return {str(key): DeadBand(absolute=float(band.get("absolute", 0.0)), relative=float(band.get("relative", 0.0)))
+            for key, band in raw.items()}
+
+
+def score_group(records: list[dict[str, Any]], me: int, *, clip: float, min_std: float,
+                dead_band: Mapping[str, DeadBand] | None = None) -> dict[str, Any]:
     """The contract's reward and advantage of `records[me]` within its group."""
-    valid = [i for i, r in enumerate(records) if r["valid"]]
     preference = records[me]["preference"]
-    rewards = group_rewards([records[i]["metrics"] for i in valid], [records[i]["correct"] for i in valid],
-                            preference) if valid else []
-    advantages = group_advantages(rewards, clip=clip, min_std=min_std) if valid else None
+    rewards = group_rewards([r["metrics"] for r in records], [bool(r["valid"]) and bool(r["correct"]) for r in records],
+                            preference, dead_band)
+    advantages = group_advantages(rewards, clip=clip, min_std=min_std)
     mine = records[me]
-    reward = rewards[valid.index(me)] if me in valid else 0.0
-    advantage = advantages[valid.index(me)] if (advantages is not None and me in valid) else 0.0
     return {
-        "score": float(advantage), "reward": float(reward), "acc": float(mine["correct"]),
-        "valid": float(mine["valid"]), "format_valid": float(mine["format_valid"]),
+        "score": float(advantages[me]) if advantages is not None else 0.0, "reward": float(rewards[me]),
+        "acc": float(mine["correct"]), "valid": float(mine["valid"]), "format_valid": float(mine["format_valid"]),
         "cost": float(mine["metrics"].get("cost", 0.0)), "latency": float(mine["metrics"].get("latency", 0.0)),
         "group_filtered": float(advantages is None),
     }
 
 
 async def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None,
-                        *, clip: float = 3.0, min_std: float = 0.1, timeout_s: float = 3600.0, **_: Any) -> dict[str, Any]:
+                        *, clip: float = 3.0, min_std: float = 0.1, timeout_s: float = 3600.0,
+                        dead_band: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """verl's reward entry point (async; verl awaits it). See the module docstring."""
     record = (extra_info or {}).get("orchestra")
     if record is None:
@@ -116,4 +126,4 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
     record = {**record, "_token": uuid.uuid4().hex}
     records = await _submit(record["group"], int(record["group_size"]), record, timeout_s)
     me = next(i for i, r in enumerate(records) if r["_token"] == record["_token"])
-    return score_group(records, me, clip=clip, min_std=min_std)
+    return score_group(records, me, clip=clip, min_std=min_std, dead_band=dead_bands(dead_band))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.rl.config import TrainConfig, VerlSettings
+from toolorchestra.rl.config import GRPOSettings, TrainConfig, VerlSettings
 from toolorchestra.rl.verl import compose as vc
 from toolorchestra.rl.verl.launch import prepare
 
@@ -31,6 +31,9 @@ def test_paper_defaults_compose_and_validate():
     assert arr.rollout.agent.default_agent_loop == "orchestra_agent"
     assert config.reward.custom_reward_function.path == "pkg://toolorchestra.rl.verl.reward"
     assert config.reward.custom_reward_function.reward_kwargs == {"clip": 3.0, "min_std": 0.1}
+    bands = GRPOSettings().dead_band.model_dump()
+    with_bands = vc.compose(vc.overrides(VerlSettings(), FILES, dead_band=bands, ray_address="auto"))
+    assert with_bands.reward.custom_reward_function.reward_kwargs.dead_band == bands
     assert "wandb" not in list(config.trainer.logger)
     assert config.ray_kwargs.ray_init.address == "auto"
     assert config.trainer.nnodes * config.trainer.n_gpus_per_node == 16
