@@ -51,7 +51,7 @@ class DescribeConfig(BaseModel):
     categories: list[Category] = Field(default_factory=lambda: list(CATEGORIES), min_length=1)
     tools: list[str] | None = Field(None, description="LLM tools to measure (default: every LLM tool)")
     max_turns: int = Field(6, ge=1, le=100, description="turns of a tool-use episode")
-    max_tokens: int = Field(256, ge=1, description="policy tokens per turn in tool-use episodes")
+    max_tokens: int = Field(256, ge=1, le=32_768, description="policy tokens per turn in tool-use episodes")
     max_workers: int = Field(4, ge=1, le=64, description="concurrent calls (LLM calls are I/O-bound)")
     summary_examples: int = Field(6, ge=1, le=50, description="trajectories shown to the summarizer")
 

@@ -62,10 +62,10 @@ class EpisodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_turns: int = Field(4, ge=1, le=100)
-    max_tokens: int = Field(96, ge=8, description="new tokens per orchestrator turn")
-    max_observation_chars: int = Field(800, ge=64)
-    max_domain_tools: int | None = Field(6, ge=1, description="None: every domain tool the instance offers")
-    max_workers: int = Field(8, ge=1)
+    max_tokens: int = Field(96, ge=8, le=32_768, description="new tokens per orchestrator turn")
+    max_observation_chars: int = Field(800, ge=64, le=1_000_000)
+    max_domain_tools: int | None = Field(6, ge=1, le=1_000, description="None: every domain tool the instance offers")
+    max_workers: int = Field(8, ge=1, le=256)
     default_preference: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PREFERENCE))
     """The reward's weights for an instance with neither a preference nor its own default."""
     policy_alias: str | None = Field(None, description="catalog model whose prices the policy's tokens cost")

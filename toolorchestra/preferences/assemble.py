@@ -61,12 +61,12 @@ class AssemblyConfig(BaseModel):
         description="the reward's weights of an instance without a preference (reward keys)")
     default_preference_jitter: float = Field(
         0.5, ge=0.0, lt=1.0, description="each non-accuracy default weight scaled by [1-j, 1+j] per instance")
-    min_catalog_tools: int = Field(1, ge=0)
+    min_catalog_tools: int = Field(1, ge=0, le=1_000)
     price_jitter: float = Field(2.0, ge=1.0, le=100.0, description="prices scaled by [1/j, j]; 1 = none")
     eval_task_fraction: float = Field(0.1, ge=0.0, lt=1.0)
-    max_tasks: int | None = Field(None, ge=1, description="cap on tasks used (a tiny profile)")
+    max_tasks: int | None = Field(None, ge=1, le=10_000_000, description="cap on tasks used (a tiny profile)")
     include_policy: bool = True
-    max_policy_chars: int = Field(4000, ge=0)
+    max_policy_chars: int = Field(4000, ge=0, le=1_000_000)
     show_prices: bool = True
     agent_name: str = Field("tool_agent", min_length=1, description="verl agent loop of every row")
     seed: int = 0
