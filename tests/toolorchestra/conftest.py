@@ -1,5 +1,8 @@
-"""Fixtures for the training tests: a small validated task folder, instances, a scripted expert,
-and the tiny random-weight model saved as a model folder (GRPO loads models from a path)."""
+"""Fixtures shared by the episode, training, preferences and describe tests: a small validated
+task folder (tool use + QA) and its instances, a rollout environment with a scripted expert, a
+golden policy, the tiny random-weight model saved as a model folder (GRPO loads models from a
+path), and the preferences tests' validated folder and two-expert catalog. A subpackage's own
+conftest overrides a fixture of the same name (evaluation, registry, serving do)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.pref_fixtures import expert_catalog_data, write_validated
 
 from toolorchestra.llm.base import LLM, Completion, Usage
 
@@ -137,3 +141,15 @@ def golden_policy():
 def scripted_expert():
     """The `ScriptedExpert` class (an expert LLM with a fixed reply)."""
     return ScriptedExpert
+
+
+@pytest.fixture
+def validated(tmp_path: Path) -> Path:
+    return write_validated(tmp_path / "validated")
+
+
+@pytest.fixture
+def expert_catalog(tmp_path: Path):
+    from toolorchestra.tools.catalog import parse_catalog
+
+    return parse_catalog(expert_catalog_data(), source="<test catalog>", base_dir=tmp_path)
