@@ -28,21 +28,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def main() -> None:
+    from bench_eval import parse_common, synthesize
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2, help="samples per category (describe.measure)")
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="transformers threads (default: torch's; 1 avoids thread stalls on a loaded machine)")
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
-    args = parser.parse_args()
-    if args.torch_threads:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
-
-    from bench_eval import synthesize
+    args = parse_common(parser)
 
     from toolorchestra.core.settings import Settings, find_workspace
     from toolorchestra.describe.measure import DescribeConfig, measure

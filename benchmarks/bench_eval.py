@@ -76,6 +76,19 @@ class Instant(LLM):
         return Completion(text="42", usage=Usage(prompt_tokens=200, completion_tokens=2), model=self.model)
 
 
+def parse_common(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Add `--torch-threads` and `--json` (shared with bench_describe.py), parse, apply the threads."""
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="transformers threads (default: torch's; 1 avoids thread stalls on a loaded machine)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
+    args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    return args
+
+
 def synthesize(root: Path, tasks: int) -> Path:
     from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
     from toolorchestra.synthesis.domains import load_embedded
@@ -200,14 +213,7 @@ def main() -> None:
     parser.add_argument("--expert", choices=["local", "instant"], default="local",
                         help="the answer expert: the local model, or an instant reply (with --expert-latency: a "
                              "remote endpoint's wait without local compute)")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="transformers threads (default: torch's; 1 avoids thread stalls on a loaded machine)")
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
-    args = parser.parse_args()
-    if args.torch_threads:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
+    args = parse_common(parser)
 
     import torch
 

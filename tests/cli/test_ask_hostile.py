@@ -8,15 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.chat_server import chat_server
 
-import orchestra_cli.ask  # noqa: F401 - registers the command
 from orchestra_cli.main import main
 
 ORCHESTRA = Path(sys.executable).parent / "orchestra"
@@ -28,28 +26,9 @@ LONE = '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(1)"
 def policy_server() -> Iterator[str]:
     replies = [LONE, "done"]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            content = replies.pop(0) if replies else "done"
-            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "policy",
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": content}}],
-                               "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with chat_server(lambda headers, body: replies.pop(0) if replies else "done", model="policy",
+                     usage=(3, 2)) as url:
+        yield url
 
 
 def write_catalog(folder: Path, base_url: str) -> Path:

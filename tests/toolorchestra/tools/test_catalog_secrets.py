@@ -5,13 +5,12 @@ every request; a broken JSON Schema in a tool's `parameters` fails when the cata
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.chat_server import chat_server
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import load_settings
@@ -28,28 +27,12 @@ def recorder() -> Iterator[dict]:
     """An OpenAI-compatible chat endpoint on 127.0.0.1 that records headers and bodies."""
     seen: list[dict] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            seen.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body.decode()})
-            reply = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                "choices": [{"index": 0, "finish_reason": "stop",
-                                             "message": {"role": "assistant", "content": "hi"}}],
-                                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+    def record(headers: dict, body: bytes) -> str:
+        seen.append({"headers": headers, "body": body.decode()})
+        return "hi"
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield {"url": f"http://127.0.0.1:{server.server_address[1]}/v1", "seen": seen}
-    server.shutdown()
-    server.server_close()
+    with chat_server(record) as url:
+        yield {"url": url, "seen": seen}
 
 
 @pytest.fixture(autouse=True)
