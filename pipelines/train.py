@@ -9,8 +9,9 @@ Inputs (`deps`):
 - `catalog` (optional): the described tool catalog (`data/catalog/tools.json`); default: the
   embedded one.
 
-Output (`outs.model`): the checkpoint folder (`models/orchestrator/`: safetensors, tokenizer, chat
-template, catalog, manifest).
+Outputs: `outs.model`, the checkpoint folder (`models/orchestrator/`: safetensors, tokenizer, chat
+template, catalog, manifest); optional `outs.warm_start` (`models/warm_start/`), the SFT-only
+checkpoint in the same format, which the evaluate stage runs as the `sft_only` baseline.
 
 `backend: trl` (embedded default) runs an SFT warm start and GRPO here, on CPU or one GPU, and
 logs per-step metrics to the stage's MLflow run (with system metrics) and the checkpoint as an
@@ -95,7 +96,8 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
 
     catalog, instances, domains = load_inputs(config, paths.deps)
     with system_metrics():
-        result = train_trl(config, instances, catalog=catalog, settings=settings, domains=domains, out_dir=out)
+        result = train_trl(config, instances, catalog=catalog, settings=settings, domains=domains, out_dir=out,
+                           warm_start_dir=paths.outs.get("warm_start"))
     if config.log_checkpoint_artifact and mlflow.active_run() is not None:
         mlflow.log_artifacts(str(result.checkpoint), artifact_path="orchestrator")
     return result.metrics

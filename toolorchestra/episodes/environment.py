@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +137,13 @@ def score_rollout(instance: Instance, trajectory: Trajectory, env: Any = None) -
 # ------------------------------------------------------------------------------ per-episode tools
 
 
+def _scoped(tool: Any, domain: str | None) -> Any:
+    """Local search restricted to the episode's domain (its records only); other tools as they are."""
+    from toolorchestra.tools.local_search import LocalSearch
+
+    return tool.scoped(domain) if isinstance(tool, LocalSearch) and domain else tool
+
+
 @dataclass
 class EpisodeSetup:
     """One episode's instance, toolbox (with its own database when tool use) and tool schemas."""
@@ -212,7 +220,7 @@ class RolloutEnvironment:
             tools.extend(t for t in env.tools() if t.name in offered)
         catalog_box = self.catalog_toolbox(instance.catalog_tools) if instance.catalog_tools else None
         if catalog_box is not None:
-            tools.extend(catalog_box.tools[name] for name in instance.catalog_tools)
+            tools.extend(_scoped(catalog_box.tools[name], instance.domain) for name in instance.catalog_tools)
         model_prices = {**{a: m.price for a, m in self.catalog.models.items()}, **instance.model_prices}
         box = Toolbox(tools, prices=dict(instance.tool_prices), model_prices=model_prices,
                       max_observation_chars=self.config.max_observation_chars)
@@ -265,27 +273,77 @@ class RolloutEnvironment:
     # -- golden trajectories (SFT)
 
     def golden_conversation(self, instance: Instance) -> tuple[list[Message], list[dict[str, Any]]] | None:
-        """The golden actions as Hermes calls with their observations, then a reply that states
-        the values to communicate; None for QA instances (no golden trajectory) or a task whose
-        golden replay is not scored correct."""
-        if instance.kind != "tool_use":
-            return None
+        """A golden trajectory as the policy should write it, replayed through the episode's real
+        tools, or None when the instance has none or its replay is not scored correct:
+
+        - tool use: the golden actions as Hermes calls with their observations, then a reply that
+          states the values to communicate;
+        - QA `arithmetic` (an item with a `program`): one `code_interpreter` call running it, then
+          the printed value as the answer;
+        - QA lookup: one `local_search` call with the question (scoped to the item's domain), then
+          the gold answer, kept only when the retrieved passage is the record the question names
+          (its quoted key values) and shows the answer: the answer is read, not recalled.
+
+        Each needs its tool offered by the instance; other QA items (counts and aggregates over
+        records) have no golden trajectory."""
+        if instance.kind == "tool_use":
+            calls = [(a.name, copy.deepcopy(a.arguments)) for a in instance.tau2_task.actions]
+            info = instance.tau2_task.communicate_info
+            return self._replay(instance, calls, lambda _: "Done." + (
+                f" The information you asked for: {'; '.join(info)}." if info else ""))
+        from toolorchestra.episodes.pool import qa_category
+
+        category = qa_category(_qa_item(instance))
+        if category == "qa_arithmetic" and instance.task.get("program") and CODE_TOOL in instance.catalog_tools:
+            return self._replay(instance, [(CODE_TOOL, {"code": instance.task["program"]})],
+                                lambda seen: seen[-1].strip().splitlines()[-1] if seen[-1].strip() else "")
+        if category == "qa_lookup" and SEARCH_TOOL in instance.catalog_tools:
+            gold = str(instance.answer)
+            # The passage must be the record the question singles out (its quoted key values),
+            # not one that happens to share the answer.
+            keys = re.findall(r"'([^']+)'", instance.question)
+
+            def read_off(seen: list[str]) -> str:
+                found = seen[-1].lower()
+                return gold if gold.lower() in found and all(k.lower() in found for k in keys) else ""
+
+            return self._replay(instance, [(SEARCH_TOOL, {"query": instance.question, "top_k": 1})], read_off)
+        return None
+
+    def _replay(self, instance: Instance, calls: list[tuple[str, dict[str, Any]]],
+                reply_for: Callable[[list[str]], str]) -> tuple[list[Message], list[dict[str, Any]]] | None:
+        """Run `calls` through the instance's tools, then reply `reply_for(observations)`; the
+        conversation if that trajectory is scored correct."""
         setup = self.setup(instance)
         messages: list[Message] = [dict(m) for m in instance.prompt]
         context = EpisodeContext(task=instance.question)
         trajectory = Trajectory(task=instance.question)
-        for index, action in enumerate(instance.tau2_task.actions):
-            arguments = copy.deepcopy(action.arguments)
-            text = format_tool_call(action.name, arguments)
-            result = setup.toolbox.call(action.name, arguments, context)
+        seen: list[str] = []
+        for index, (name, arguments) in enumerate(calls):
+            text = format_tool_call(name, arguments)
+            result = setup.toolbox.call(name, arguments, context)
+            if not result.ok and instance.kind == "qa":  # a QA golden call must work
+                return None
+            seen.append(result.observation)
             messages.append({"role": "assistant", "content": text})
             messages.append({"role": "tool", "content": result.observation})
-            trajectory.turns.append(Turn(index=index, text=text, tool=action.name, arguments=arguments,
+            trajectory.turns.append(Turn(index=index, text=text, tool=name, arguments=arguments,
                                          observation=result.observation, ok=result.ok))
-        info = instance.tau2_task.communicate_info
-        reply = "Done." + (f" The information you asked for: {'; '.join(info)}." if info else "")
+        reply = reply_for(seen)
+        if not reply:
+            return None
         messages.append({"role": "assistant", "content": reply})
         trajectory.turns.append(Turn(index=len(trajectory.turns), text=reply))
         trajectory.answer, trajectory.stop_reason = reply, "final_message"
         correct, _ = score_rollout(instance, trajectory, setup.env)
         return (messages, setup.specs) if correct else None
+
+
+CODE_TOOL, SEARCH_TOOL = "code_interpreter", "local_search"
+"""The basic tools QA golden trajectories call (catalog names of the embedded catalog)."""
+
+
+def _qa_item(instance: Instance) -> Any:
+    from toolorchestra.episodes.pool import QAItem
+
+    return QAItem.model_validate(instance.task)

@@ -11,9 +11,10 @@ only `tasks.json` and the domain's database lives elsewhere (the synthesized `da
 pass that folder as `domains_root`; a domain is then found by its folder name. Every problem is a
 `ConfigError` naming the file (and line for JSONL).
 
-QA items fall into the two categories the describe stage measures: `qa_numeric` (a computed
-number) and `qa_lookup` (a fact to find), from the item's `category`, else its `answer_type`,
-else whether the answer is a number.
+QA items fall into the categories the describe stage measures: `qa_arithmetic` (a calculation
+stated in the question: code solves it), `qa_numeric` (a number computed over records) and
+`qa_lookup` (a fact to find), from the item's `category`, else its `answer_type`, else whether
+the answer is a number.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from toolorchestra.episodes.judge import parse_number
 if TYPE_CHECKING:
     from toolorchestra.envs.domain import Domain
 
-Category = Literal["qa_numeric", "qa_lookup", "tool_use"]
-CATEGORIES: tuple[Category, ...] = ("qa_numeric", "qa_lookup", "tool_use")
+Category = Literal["qa_arithmetic", "qa_numeric", "qa_lookup", "tool_use"]
+CATEGORIES: tuple[Category, ...] = ("qa_arithmetic", "qa_numeric", "qa_lookup", "tool_use")
 _NUMERIC_TYPES = {"number", "numeric", "int", "integer", "float", "decimal"}
 _NUMERIC_WORDS = ("numeric", "number", "math", "arith", "compute", "calc", "aggregate", "count", "sum")
 _LOOKUP_WORDS = ("lookup", "look-up", "fact", "retriev", "search", "exactmatch", "string")
@@ -67,7 +68,10 @@ class QAItem(BaseModel):
 
 
 def qa_category(item: QAItem) -> Category:
-    """`qa_numeric` or `qa_lookup`: by `category`, else `answer_type`, else the answer's form."""
+    """`qa_arithmetic`, `qa_numeric` or `qa_lookup`: by `category`, else `answer_type`, else the
+    answer's form."""
+    if (item.category or "").lower() in ("arithmetic", "calculation"):
+        return "qa_arithmetic"
     for label in (item.category, item.answer_type):
         text = (label or "").lower()
         if any(w in text for w in _LOOKUP_WORDS):

@@ -96,7 +96,7 @@ class ToolScaleSpec(_Spec):
 
 class QASpec(_Spec):
     kind: Literal["qa"] = "qa"
-    categories: list[Literal["qa_numeric", "qa_lookup"]] | None = None
+    categories: list[Literal["qa_arithmetic", "qa_numeric", "qa_lookup"]] | None = None
 
 
 class PreferenceSpec(_Spec):

@@ -161,6 +161,10 @@ def perturbed_weights(vector: dict[str, float], rng: random.Random, jitter: floa
             for k, w in sorted(vector.items())}
 
 
+CATEGORY_TOOLS: dict[str, tuple[str, ...]] = {"qa_arithmetic": ("code_interpreter",), "qa_lookup": ("local_search",)}
+"""QA category -> the basic tools that solve it, offered with every item of that category."""
+
+
 def answer_tools(catalog: Catalog) -> list[str]:
     return [t.name for t in catalog.tools if isinstance(t.backend, ExpertBackend) and t.backend.role == "answer"]
 
@@ -222,8 +226,11 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
         preference = rng.choice(preferences)
     pref_tools = [t for t in (preference.tools if preference else []) if t in {x.name for x in catalog.tools}]
     if isinstance(task, QAItem):
-        required = answer_tools(catalog) + pref_tools
-        question, policy, domain, domain_tools = task.question, None, None, []
+        # The basic tool that solves the category is always offered (the routing to learn).
+        fitting = [t for t in CATEGORY_TOOLS.get(task.qa_category, ()) if t in {x.name for x in catalog.tools}]
+        required = answer_tools(catalog) + pref_tools + fitting
+        # A synthesized item names its domain: the episode's local search is scoped to it.
+        question, policy, domain, domain_tools = task.question, None, getattr(task, "domain", None), []
         kind: Literal["qa", "tool_use"] = "qa"
         data_source = f"toolorchestra/qa/{task.qa_category}"
         payload = task.dump()

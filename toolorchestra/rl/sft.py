@@ -1,9 +1,11 @@
 """SFT warm start on golden trajectories, with TRL's SFTTrainer.
 
 SmolLM2-135M emits no parseable tool call unprompted, so GRPO on it would see only invalid
-rollouts (no reward, no gradient). A short supervised pass on the training tasks' golden
-trajectories (`RolloutEnvironment.golden_conversation`: the golden actions as Hermes calls, their
-real observations, and a reply stating the values to communicate) teaches the format first.
+rollouts (no reward, no gradient). A supervised pass on the training tasks' golden trajectories
+(`RolloutEnvironment.golden_conversation`: for tool use the golden actions as Hermes calls, their
+real observations and a reply stating the values to communicate; for QA the call the category
+needs, `code_interpreter` for a calculation and `local_search` for a lookup, and the answer read
+off its result) teaches the format and the routing first.
 
 Examples are encoded with the same `TranscriptEncoder` as GRPO rollouts, so the model learns the
 exact token layout it will generate in; only assistant tokens carry loss (`assistant_masks`, which
@@ -28,15 +30,16 @@ log = logging.getLogger(__name__)
 
 def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                     settings: SFTSettings, seed: int = 0) -> list[dict[str, list[int]]]:
-    """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per tool-use task."""
+    """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per task that has one
+    (tool-use tasks, QA calculations and lookups), in a seeded order."""
     encoder = TranscriptEncoder(tokenizer)
-    seen: set[tuple[str | None, str]] = set()
+    seen: set[tuple[str, str | None, str]] = set()
     examples = []
     order = list(instances)
     random.Random(seed).shuffle(order)
     for instance in order:
-        key = (instance.domain, instance.task_id)
-        if instance.kind != "tool_use" or key in seen:
+        key = (instance.kind, instance.domain, instance.task_id)
+        if key in seen:
             continue
         seen.add(key)
         golden = env.golden_conversation(instance)

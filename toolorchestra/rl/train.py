@@ -127,9 +127,10 @@ def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Ins
     tokenizer = _load_tokenizer(start)
     examples = golden_examples(env, instances, tokenizer, config.sft, seed=config.seed)
     if not examples:
-        raise ConfigError(None, "the warm start found no golden trajectory to train on (no tool-use instance "
-                          f"replays correctly within sft.max_length={config.sft.max_length}); include tool_use "
-                          "instances, raise sft.max_length, or set sft.enabled: false", key="train.sft")
+        raise ConfigError(None, "the warm start found no golden trajectory to train on (no tool-use task, QA "
+                          "calculation or lookup replays correctly within "
+                          f"sft.max_length={config.sft.max_length}); include such instances, raise "
+                          "sft.max_length, or set sft.enabled: false", key="train.sft")
     dtype = torch.float32 if use_cpu or not bf16 else torch.bfloat16  # on CPU bf16 means autocast
     model = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
     tracker = StepMetrics("sft/")
@@ -178,10 +179,12 @@ def train_trl(
     settings: Settings,
     domains: DomainLocator,
     out_dir: Path,
+    warm_start_dir: Path | None = None,
     llm_for: Any = None,
     callbacks: list[Any] | None = None,
 ) -> TrainResult:
-    """Warm start, GRPO and export (see the module docstring); `out_dir` receives the checkpoint."""
+    """Warm start, GRPO and export (see the module docstring); `out_dir` receives the checkpoint,
+    `warm_start_dir` (optional) the SFT-only one, the baseline that shows what GRPO adds."""
     from toolorchestra.rl.tracking import StepMetrics
     from toolorchestra.rl.trl_backend import build_grpo_trainer
 
@@ -200,6 +203,20 @@ def train_trl(
         start, sft_metrics = warm_start(config, env, instances, base, work, use_cpu=use_cpu, bf16=bf16)
         metrics.update(sft_metrics)
     tokenizer = _load_tokenizer(start)
+    manifest = {
+        "name": "orchestrator", "base_model": config.base_model, "init_from": config.init_from, "backend": "trl",
+        "episode": config.episode.model_dump(mode="json"), "system_prompt": SYSTEM_PROMPT,
+        "policy_alias": config.episode.policy_alias or catalog.policy, "instances": len(instances),
+    }
+    if warm_start_dir is not None:
+        from transformers import AutoModelForCausalLM
+
+        sft_model = AutoModelForCausalLM.from_pretrained(start)
+        save_checkpoint(sft_model, tokenizer, warm_start_dir, catalog=catalog, manifest={
+            **manifest, "name": "orchestrator-sft", "stage": "sft",
+            "steps": {"sft": config.sft.steps if config.sft.enabled else 0, "grpo": 0},
+            "metrics": {k: v for k, v in metrics.items() if k.startswith("sft/")}})
+        del sft_model
     tracker = StepMetrics("grpo/")
     trainer = build_grpo_trainer(start, tokenizer, env, instances, config.grpo, work / "grpo", use_cpu=use_cpu,
                                  bf16=bf16, seed=config.seed, callbacks=[tracker, *(callbacks or [])])
@@ -213,13 +230,8 @@ def train_trl(
     if resumed_step is not None:
         metrics["grpo/resumed_from_step"] = float(resumed_step)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    manifest = {
-        "name": "orchestrator", "base_model": config.base_model, "init_from": config.init_from, "backend": "trl",
-        "steps": {"sft": config.sft.steps if config.sft.enabled else 0, "grpo": trainer.state.global_step},
-        "episode": config.episode.model_dump(mode="json"), "system_prompt": SYSTEM_PROMPT,
-        "policy_alias": config.episode.policy_alias or catalog.policy, "instances": len(instances),
-        "metrics": {k: v for k, v in metrics.items()},
-    }
+    manifest.update(steps={"sft": config.sft.steps if config.sft.enabled else 0, "grpo": trainer.state.global_step},
+                    metrics=dict(metrics))
     save_checkpoint(model, tokenizer, out_dir, catalog=catalog, manifest=manifest)
     shutil.rmtree(work, ignore_errors=True)  # finished: nothing left to resume
     metrics["train_seconds"] = time.perf_counter() - started

@@ -42,6 +42,7 @@ def synthesize_domain(
     seed: int,
     evolve_fraction: float = 0.25,
     qa: int = 0,
+    arithmetic_fraction: float = 0.0,
     config: ProceduralConfig | None = None,
     specs: list[ToolSpec] | None = None,
 ) -> SynthesizedDomain:
@@ -60,7 +61,7 @@ def synthesize_domain(
             evolved.append(harder)
     if len(base_tasks) + len(evolved) < tasks and report.note is None:
         report.note = f"only {len(evolved)} of {n_evolve} tasks could be evolved"
-    items = synthesize_qa(domain, qa, seed=seed) if qa else []
+    items = synthesize_qa(domain, qa, seed=seed, arithmetic_fraction=arithmetic_fraction) if qa else []
     return SynthesizedDomain(domain=domain, specs=specs, tasks=base_tasks + evolved, qa=items, report=report,
                              evolved=len(evolved))
 

@@ -6,6 +6,10 @@ Items have the HLE / FRAMES shape `{id, question, answer, answer_type, category}
 - `count` and `aggregate` (answer_type `numeric`): computed over records — how many records
   have an enumeration value, how many items a record's list holds, or the sum / average / maximum
   of a numeric field over the records that reference one entity.
+- `arithmetic` (answer_type `numeric`): a calculation stated in the question ("What is 347 * 29
+  + 15?", "What is the sum of 1208, 77 and 351?"), with operands too large for a small model to
+  get right by recall: the category that only running code solves reliably. `program` holds the
+  Python expression that computes it (the golden call of the SFT warm start).
 
 `records_as_documents(domain)` turns every record into a `{id, title, text}` document for the
 local-search tool, so lookups are answerable by retrieval and numeric ones by computation over
@@ -27,7 +31,7 @@ from toolorchestra.synthesis.chain import human, show
 from toolorchestra.synthesis.procedural import stable_seed
 
 ANSWER_TYPES = ("exactMatch", "numeric")
-CATEGORIES = ("lookup", "count", "aggregate")
+CATEGORIES = ("lookup", "count", "aggregate", "arithmetic")
 
 
 def number(value: float) -> str:
@@ -137,8 +141,36 @@ class _QA:
         return {"question": question, "answer": number(answer), "answer_type": "numeric", "category": "aggregate"}
 
 
-def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: float = 0.4) -> list[dict[str, Any]]:
-    """`n` distinct QA items (fewer when the database cannot support them)."""
+def arithmetic(rng: random.Random) -> dict[str, Any]:
+    """One calculation in symbols or words, with the Python program that prints its answer."""
+    form = rng.choice(("symbols", "words", "sum", "product", "percent"))
+    if form == "sum":
+        terms = [rng.randint(100, 9999) for _ in range(rng.randint(3, 4))]
+        expression, value = " + ".join(map(str, terms)), float(sum(terms))
+        question = f"What is the sum of {', '.join(map(str, terms[:-1]))} and {terms[-1]}?"
+    elif form == "product":
+        a, b = rng.randint(12, 999), rng.randint(12, 99)
+        expression, value = f"{a} * {b}", float(a * b)
+        question = f"What is the product of {a} and {b}?"
+    elif form == "percent":
+        pct, base = rng.choice((5, 10, 12, 15, 20, 25, 30, 40, 75)), rng.randint(20, 4000)
+        expression, value = f"round({pct} * {base} / 100, 2)", pct * base / 100
+        question = f"What is {pct}% of {base}? Round to 2 decimals."
+    else:
+        a, b, c = rng.randint(12, 999), rng.randint(12, 99), rng.randint(2, 999)
+        plus = rng.random() < 0.5
+        expression, value = f"{a} * {b} {'+' if plus else '-'} {c}", float(a * b + (c if plus else -c))
+        question = (f"What is {expression}?" if form == "symbols"
+                    else f"Compute {a} times {b} {'plus' if plus else 'minus'} {c}.")
+    return {"question": question, "answer": number(value), "answer_type": "numeric", "category": "arithmetic",
+            "program": f"print({expression})"}
+
+
+def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: float = 0.4,
+                  arithmetic_fraction: float = 0.0) -> list[dict[str, Any]]:
+    """`n` distinct QA items (fewer when the database cannot support them); about
+    `arithmetic_fraction` of them are calculations (`arithmetic`), the rest about the records.
+    Every item names its `domain` (local search is scoped to it)."""
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
     tables = [domain.schema.tables[t] for t in domain.layouts if domain.schema.tables[t].n_records]
@@ -148,14 +180,16 @@ def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: fl
         rng = random.Random(stable_seed("qa", seed, domain.name, attempt))
         gen = _QA(domain, rng)
         ts = rng.choice(tables)
-        if rng.random() < numeric_fraction:
+        if rng.random() < arithmetic_fraction:
+            item = arithmetic(rng)
+        elif rng.random() < numeric_fraction:
             item = (gen.aggregate(ts) if rng.random() < 0.5 else None) or gen.count(ts)
         else:
             item = gen.lookup(ts)
         if item is None or item["question"] in seen:
             continue
         seen.add(item["question"])
-        items.append({"id": f"{domain.name}-qa-s{seed}-{len(items):04d}", **item})
+        items.append({"id": f"{domain.name}-qa-s{seed}-{len(items):04d}", "domain": domain.name, **item})
     return items
 
 

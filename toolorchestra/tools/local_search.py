@@ -20,6 +20,7 @@ index is an exact `IndexFlatIP` (fine up to a few hundred thousand chunks on CPU
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -382,10 +383,13 @@ class LocalSearch(Tool):
     }
 
     def __init__(
-        self, index: SearchIndex, *, description: str | None = None, max_passage_chars: int = 1000
+        self, index: SearchIndex, *, description: str | None = None, max_passage_chars: int = 1000,
+        scope: str | None = None,
     ) -> None:
         self.index = index
         self.max_passage_chars = max_passage_chars
+        self.scope = scope
+        """Only documents whose id starts with `<scope>/` (a domain's records), when set."""
         self.description = description or (
             "Search the local document collection by meaning. Returns the most relevant passages "
             "with their source and a similarity score."
@@ -416,6 +420,23 @@ class LocalSearch(Tool):
                                           cache_dir=cache_dir, corpus=f"memory:{corpus}")
         return cls(index, **kwargs)
 
+    def scoped(self, scope: str | None) -> LocalSearch:
+        """The same index, searching only `scope`'s documents (ids `<scope>/...`, as
+        `records_as_documents` writes them), so a question about one domain never retrieves
+        another's records. `None`: the whole collection."""
+        view = copy.copy(self)
+        view.scope = scope
+        return view
+
+    def _search(self, query: str, top_k: int) -> list[Hit]:
+        if self.scope is None:
+            return self.index.search(query, top_k)
+        # Exact search over enough chunks to find top_k inside the scope, then re-rank.
+        wide = self.index.search(query, min(len(self.index.chunks), max(top_k * 50, 1000)))
+        prefix = f"{self.scope}/"
+        mine = [h for h in wide if h.doc_id.startswith(prefix)][:top_k]
+        return [h.model_copy(update={"rank": rank}) for rank, h in enumerate(mine, start=1)]
+
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
         query = arguments.get("query")
         top_k = arguments.get("top_k", 5)
@@ -426,7 +447,7 @@ class LocalSearch(Tool):
                 f"local_search argument `top_k` must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}"
             )
         try:
-            hits = self.index.search(query.strip(), top_k)
+            hits = self._search(query.strip(), top_k)
         except EmbeddingError as exc:
             raise ToolError(f"local search could not embed the query: {exc}") from exc
         return ToolOutput(content=self._render(query, hits), data=[h.model_dump() for h in hits])
@@ -434,7 +455,7 @@ class LocalSearch(Tool):
     def _render(self, query: str, hits: list[Hit]) -> str:
         if not hits:
             return f"No passages found for {query!r}."
-        lines = [f"Top {len(hits)} passages for {query!r}:"]
+        lines = [f"Top {len(hits)} passages:"]  # the query is in the call: no echo, observations are truncated
         for hit in hits:
             text = hit.text
             if len(text) > self.max_passage_chars:

@@ -17,7 +17,7 @@ def test_qa_items_shape_and_answers():
     assert len(items) == 30 and len({i["id"] for i in items}) == 30 and len({i["question"] for i in items}) == 30
     assert {i["category"] for i in items} >= {"lookup", "count"}
     for item in items:
-        assert set(item) == {"id", "question", "answer", "answer_type", "category"}
+        assert set(item) == {"id", "domain", "question", "answer", "answer_type", "category"}
         assert item["answer_type"] in ANSWER_TYPES and item["answer"]
         if item["answer_type"] == "numeric":
             float(item["answer"])
@@ -36,3 +36,22 @@ def test_lookup_answer_is_in_a_document():
     for item in synthesize_qa(domain, 20, seed=2):
         if item["category"] == "lookup":
             assert item["answer"] in texts
+
+
+def test_arithmetic_items_answer_what_their_program_prints():
+    import contextlib
+    import io
+
+    domain = Domain("events", events_db())
+    items = synthesize_qa(domain, 40, seed=3, arithmetic_fraction=0.5)
+    calc = [i for i in items if i["category"] == "arithmetic"]
+    assert 10 <= len(calc) <= 30 and all(i["domain"] == "events" for i in items)
+    forms = set()
+    for item in calc:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(item["program"], {})  # the golden code_interpreter call of the warm start
+        assert float(printed.getvalue()) == float(item["answer"]), item
+        forms.add(item["question"].split()[0])
+    assert {"What", "Compute"} <= forms
+    assert synthesize_qa(domain, 40, seed=3, arithmetic_fraction=0.5) == items

@@ -457,3 +457,17 @@ def test_local_search_over_an_openai_embedder(
     embeddings_server["fail"] = 1
     with pytest.raises(ToolError, match="could not embed the query: .*HTTP 503"):
         tool.run({"query": "bananas"})
+
+
+def test_scoped_search_returns_only_that_domains_records(embedder: LocalEmbedder) -> None:
+    # Two domains with near-identical records: unscoped, the other domain's record can rank first.
+    docs = [Document(id=f"{d}/loans/{i}", title=f"{d} loan {i}", source=f"{d}/loans/{i}",
+                     text=f"loan_id: L-{i}\nstatus: {'active' if d == 'library' else 'closed'}")
+            for d in ("library", "telecom") for i in range(3)]
+    tool = LocalSearch.from_documents(docs, embedder=embedder, chunking=CHUNKING)
+    everywhere = {h["doc_id"].split("/")[0] for h in tool.run({"query": "loan L-1 status", "top_k": 6}).data}
+    assert everywhere == {"library", "telecom"}
+    scoped = tool.scoped("telecom").run({"query": "loan L-1 status", "top_k": 4})
+    assert [h["rank"] for h in scoped.data] == [1, 2, 3]  # only 3 telecom records exist, re-ranked
+    assert all(h["doc_id"].startswith("telecom/") for h in scoped.data)
+    assert tool.scope is None  # the view does not change the shared tool
