@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,7 @@ def test_evaluate_then_promote_compares_with_the_re_evaluated_champion(workspace
     with flow_parent(settings):
         run_stage("promote", params_file=workspace / "params.yaml", settings=settings)
     assert str(version_of(workspace, "champion").version) == "1"
+    shutil.rmtree(workspace / "reports" / "eval")  # the evaluate stage replaces only what it wrote itself
     checkpoint(workspace, tiny_llm, perturb=0.01)
     report, second = cycle()
     assert report["champion"]["version"] == "1" and set(report["summary"]) == {"trained", "champion"}
