@@ -84,6 +84,29 @@ def card_markdown(workspace: Path, params_file: str = "params.yaml") -> str | No
     if not (folder / "model_card.md").is_file() or not (folder / "decision.json").is_file():
         return None
     decision = json.loads((folder / "decision.json").read_text(encoding="utf-8"))
-    head = (f"**Gate: {decision['decision']}** — {decision['registered_model']} version "
-            f"{decision['version'] or '(not registered)'}; " + ("; ".join(decision["reasons"]) or "no reasons recorded"))
+    version = decision["version"] or "(not registered)"
+    if decision["decision"] == "rejected":  # say it plainly: the run succeeded, the model was not promoted
+        head = f"**Not promoted** — {decision['registered_model']} version {version}" + (
+            " stays `challenger`" if decision["version"] else "") + f". {_summary(decision)}"
+    else:
+        head = (f"**Gate: {decision['decision']}** — {decision['registered_model']} version {version}; "
+                + ("; ".join(decision["reasons"]) or "no reasons recorded"))
     return head + "\n\n" + (folder / "model_card.md").read_text(encoding="utf-8")
+
+
+def _summary(decision: dict) -> str:
+    """The decision's one-line summary (a decision.json from before it had one: its reasons)."""
+    return decision.get("summary") or "; ".join(decision.get("reasons") or []) or "no reasons recorded"
+
+
+def promotion_line(workspace: Path, params_file: str = "params.yaml") -> tuple[bool, str] | None:
+    """(promoted or identical, the plain one-line outcome) of the promote stage's decision.json,
+    for the flow's log; None when there is none."""
+    folder = stage_output(workspace, "promote", "card", "reports/promote", params_file)
+    path = folder / "decision.json"
+    if not path.is_file():
+        return None
+    decision = json.loads(path.read_text(encoding="utf-8"))
+    version = f"version {decision['version']}" if decision.get("version") else "nothing registered"
+    stays = ", it stays challenger" if decision["decision"] == "rejected" and decision.get("version") else ""
+    return decision["decision"] != "rejected", f"promote: {_summary(decision)} ({version}{stays})"

@@ -15,7 +15,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from flows.report import publish_summary
+from flows.report import promotion_line, publish_summary
 from stagekit.graph import StageFailed, StageOutcome, push, stage_order
 from stagekit.runner import check_all_params
 from stagekit.tracking import flow_run as mlflow_flow_run
@@ -47,6 +47,9 @@ def run_stages(flow_name: str, workspace: str, targets: list[str] | None, force:
                     raise Stopped(signal.SIGTERM if "SIGTERM" in exc.message else signal.SIGINT) from None
                 raise
             logger.info("%s: %s", name, f"ran in {outcome.seconds:.1f}s" if outcome.ran else "up to date, skipped")
+            if name == "promote" and outcome.ran and (line := promotion_line(root)):
+                # a refusal is a successful run: say plainly that nothing became champion
+                (logger.info if line[0] else logger.warning)(line[1])
             outcomes.append(outcome)
         if push_outputs:
             logger.info("dvc push: %s file(s) sent to the remote", push(root))

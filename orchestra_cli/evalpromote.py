@@ -105,6 +105,7 @@ def promote(
         plan = plan_promotion(stage_params, model=deps["model"], report_dir=deps["report"],
                               workspace=settings.workspace, settings=settings)
         typer.echo(render_card(stage_params, plan, version=None, run_id=None))
+        typer.echo(plan.summary)
         typer.echo(f"dry run: would be {plan.label}; nothing registered, no alias moved")
         return
     # As in the flow, the stage runs in its own process as a child run of the flow-level run.
@@ -118,5 +119,7 @@ def promote(
     decision = json.loads((settings.workspace / stage_params.outs["card"] / "decision.json").read_text())
     typer.echo(f"{decision['decision']}: version {decision['version'] or '-'} of {decision['registered_model']}"
                f" (candidate accuracy {decision['candidate']['accuracy']:.3f})")
+    if decision.get("summary"):
+        typer.echo(decision["summary"])
     for reason in decision["reasons"]:
         typer.echo(f"  {reason}")

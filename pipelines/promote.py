@@ -14,15 +14,24 @@ Phases:
 3. **record**: the decision, reasons and metrics as version tags, the model card as the version's
    description and as the run artifact `model_card.md`.
 
-Output (`outs.card`, `reports/promote/`): `model_card.md`, `decision.json`. `dry_run: true` (or
-`orchestra promote --dry-run`) plans and writes the card but registers nothing and moves no alias.
+Output (`outs.card`, `reports/promote/`): `model_card.md`, `decision.json` (with `summary`, the
+decision in one plain line). `dry_run: true` (or `orchestra promote --dry-run`) plans and writes the
+card but registers nothing and moves no alias.
+
+A refused candidate is not an error: the stage succeeds, the version stays `challenger`, and the
+stage logs (as a warning) and records why in plain words, e.g. `not promoted: trained 0.0% [0.0,
+3.7] on 100 tasks ...; trained 0.0% [0.0, 3.7] does not beat prompted 2.0% [0.6, 7.0] ...`.
 """
 
 from __future__ import annotations
 
+import logging
+
 from stagekit.contract import StageParams, StagePaths
 from toolorchestra.core.fs import atomic_write_json, atomic_write_text
 from toolorchestra.registry.promotion import PromotionConfig, decision_record, plan_promotion, render_card, version_tags
+
+log = logging.getLogger(__name__)
 
 
 class Params(StageParams, PromotionConfig):
@@ -59,6 +68,11 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
         record_decision(client, params.registered_model, version, tags=version_tags(params, plan), card=card)
     else:
         card = render_card(params, plan, version=None, run_id=active.info.run_id if active else None)
+    where = f"version {version}" if version else "nothing registered"
+    if plan.decision.promote or plan.identical_to:
+        log.info("%s (%s)", plan.summary, where)
+    else:
+        log.warning("%s (%s%s)", plan.summary, where, ", it stays challenger" if version else "")
     out = paths.outs["card"]
     atomic_write_text(out / "model_card.md", card)
     atomic_write_json(out / "decision.json", decision_record(params, plan, version))

@@ -71,13 +71,19 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     assert {"eval/pareto.png", "eval/report.md", "eval/per_task.jsonl"} <= logged
     assert "evaluation/table.json" in {a.path for a in client.list_artifacts(evaluate_run.info.run_id, "evaluation")}
     challenger = client.get_model_version_by_alias("orchestrator", "challenger")
-    champion = client.get_model_version_by_alias("orchestrator", "champion")  # first promotion: no champion before
-    assert challenger.version == champion.version
-    assert champion.tags["orchestra.gate.decision"] == "promoted"
     decision = json.loads((workspace / "reports/promote/decision.json").read_text())
-    assert decision["decision"] == "promoted" and decision["version"] == str(champion.version)
-    assert champion.description == (workspace / "reports/promote/model_card.md").read_text()
-    model_lineage = lineage("models:/orchestrator@champion", Settings(workspace=workspace))
+    assert decision["version"] == str(challenger.version)
+    assert challenger.tags["orchestra.gate.decision"] == decision["decision"]
+    if decision["decision"] == "promoted":
+        assert client.get_model_version_by_alias("orchestrator", "champion").version == challenger.version
+    else:  # the toy model solves (next to) nothing: refused, said plainly, it stays challenger; the flow succeeded
+        assert decision["decision"] == "rejected" and decision["summary"].startswith("not promoted: ")
+        from mlflow.exceptions import MlflowException
+
+        with pytest.raises(MlflowException):
+            client.get_model_version_by_alias("orchestrator", "champion")
+    assert challenger.description == (workspace / "reports/promote/model_card.md").read_text()
+    model_lineage = lineage("models:/orchestrator@challenger", Settings(workspace=workspace))
     assert model_lineage["flow_run"]["run_id"] == parent.info.run_id
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,13 @@ def metrics(acc: float, cost: float) -> dict:
                         "format_valid_rate": 1.0, "answered_rate": 1.0, "adherence": None}}
 
 
+BASELINES = {"prompted": (0.05, 0.001), "random_router": (0.1, 0.01)}
+
+
 def write_report(root: Path, *, trained: tuple[float, float], champion: tuple[float, float] | None = None,
-                 champion_version: str | None = None) -> None:
+                 champion_version: str | None = None, baselines: dict | None = None) -> None:
     summary = {"trained": metrics(*trained), "expert:tiny": metrics(0.3, 0.01)}
+    summary.update({name: metrics(*values) for name, values in (BASELINES if baselines is None else baselines).items()})
     if champion is not None:
         summary["champion"] = metrics(*champion)
     report = {"fingerprint": "abc", "benchmarks": [{"name": "qa", "kind": "qa", "tasks": 20, "notes": []}],
@@ -134,6 +139,36 @@ def test_first_promotion_without_champion_registers_champion_with_card_and_linea
     assert any(o["md5"] == "m1.dir" for s in info["stages"] for o in s["outs"])
 
 
+def test_first_promotion_of_a_model_that_solves_nothing_is_refused_plainly(workspace):
+    from flows.report import card_markdown, promotion_line
+
+    # Before: the first promotion had only floors, and a 0%-accuracy model became champion.
+    write_report(workspace, trained=(0.0, 0.0))
+    decision = promote(workspace)  # the stage succeeds: a refusal is not a failure
+    assert decision["decision"] == "rejected" and decision["version"] == "1"
+    assert decision["summary"].startswith("not promoted: trained solved no task: 0.0% [0.0, 16.1] on 20 tasks; "
+                                          "trained 0.0% [0.0, 16.1] does not beat prompted 5.0% [0.9, 23.6]")
+    assert {c["name"] for c in decision["checks"] if not c["passed"]} == {
+        "solves_tasks", "beats:prompted", "beats:random_router"}
+    assert version_of(workspace, "champion") is None and str(version_of(workspace, "challenger").version) == "1"
+    published = card_markdown(workspace)
+    assert published.startswith(f"**Not promoted** — {PROMOTE['registered_model']} version 1 stays `challenger`. "
+                                "not promoted: trained solved no task")
+    assert promotion_line(workspace) == (False, f"promote: {decision['summary']} (version 1, it stays challenger)")
+    card = (workspace / "reports" / "promote" / "model_card.md").read_text()
+    assert "failed: trained 0.0% [0.0, 16.1] does not beat random_router 10.0% [2.8, 30.1]" in card
+
+
+def test_a_baseline_missing_from_the_report_refuses_with_the_reason(workspace):
+    write_report(workspace, trained=(0.6, 0.002), baselines={"prompted": (0.05, 0.001)})
+    decision = promote(workspace)
+    assert decision["decision"] == "rejected" and version_of(workspace, "champion") is None
+    assert "failed: baseline random_router is not in the evaluation: run it (evaluate.methods) or drop it from " \
+           "promote.gate.baselines" in decision["reasons"]
+    write_params(workspace, {"gate": {**PROMOTE["gate"], "baselines": ["prompted"]}})
+    assert promote(workspace)["decision"] == "promoted"  # a gate that names only what was evaluated
+
+
 def test_gate_refusals_are_registered_as_challenger_with_reasons(workspace, tiny_llm):
     write_report(workspace, trained=(0.6, 0.004))
     assert promote(workspace)["version"] == "1"  # champion v1: accuracy 0.6, cost 0.004
@@ -157,6 +192,13 @@ def test_gate_refusals_are_registered_as_challenger_with_reasons(workspace, tiny
     write_report(workspace, trained=(0.9, 0.001), champion=(0.6, 0.004), champion_version="7")  # stale evaluation
     stale = promote(workspace)
     assert stale["decision"] == "rejected" and "re-run the evaluate stage" in " ".join(stale["reasons"])
+
+    # better than the champion but not than the random router: refused on every promotion, not only the first
+    write_report(workspace, trained=(0.61, 0.005), champion=(0.6, 0.004), champion_version="1",
+                 baselines={"prompted": (0.05, 0.001), "random_router": (0.65, 0.01)})
+    below_router = promote(workspace)
+    assert below_router["decision"] == "rejected" and str(version_of(workspace, "champion").version) == "1"
+    assert [c["name"] for c in below_router["checks"] if not c["passed"]] == ["beats:random_router"]
 
     write_report(workspace, trained=(0.61, 0.005), champion=(0.6, 0.004), champion_version="1")
     better = promote(workspace)
@@ -202,8 +244,13 @@ def test_evaluate_then_promote_compares_with_the_re_evaluated_champion(workspace
         report = json.loads((workspace / "reports" / "eval" / "metrics.json").read_text())
         return report, json.loads((workspace / "reports" / "promote" / "decision.json").read_text())
 
-    report, first = cycle()
-    assert report["champion"] is None and first["decision"] == "promoted" and first["version"] == "1"
+    # A tiny random model solves nothing, so the gate would never make it champion: the first
+    # champion comes from a written report, then a real evaluate -> promote cycle compares with it.
+    write_report(workspace, trained=(0.6, 0.004))
+    with flow_parent(settings):
+        run_stage("promote", params_file=workspace / "params.yaml", settings=settings)
+    assert str(version_of(workspace, "champion").version) == "1"
+    shutil.rmtree(workspace / "reports" / "eval")  # the evaluate stage replaces only what it wrote itself
     checkpoint(workspace, tiny_llm, perturb=0.01)
     report, second = cycle()
     assert report["champion"]["version"] == "1" and set(report["summary"]) == {"trained", "champion"}
@@ -224,5 +271,10 @@ def test_cli_dry_run_shows_the_decision_and_registers_nothing(workspace, monkeyp
     result = CliRunner().invoke(app, ["promote", "--dry-run", "--params", str(workspace / "params.yaml")])
     assert result.exit_code == 0, result.output
     assert "first promotion: there is no champion yet" in result.output
+    assert "promoted to champion: trained 40.0% [21.9, 61.3] beats prompted 5.0% [0.9, 23.6]" in result.output
     assert "dry run: would be promoted" in result.output
+    write_report(workspace, trained=(0.0, 0.0))
+    result = CliRunner().invoke(app, ["promote", "--dry-run", "--params", str(workspace / "params.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "not promoted: trained solved no task" in result.output and "dry run: would be rejected" in result.output
     assert version_of(workspace, "champion") is None and not (workspace / "reports" / "promote").exists()

@@ -10,7 +10,19 @@ Metrics (per method x benchmark, and `overall`, pooled over every task of every 
   plus the tools';
 - `calls_per_task`: mean calls of each tool; `format_valid_rate`: share of episodes whose every
   turn was a well-formed call or a final message; `answered_rate`;
-- `adherence` (preference benchmark only), defined below.
+- `adherence` (preference benchmark only), defined below;
+- `tool_share` / `model_share`: where the method's calls went. `tool_share[T]` is calls to tool T
+  over all its tool calls (`calls_total`); `model_share[M]` is calls that reached expert model M
+  (a catalog alias in a turn's `tool_usage`, the tokens an expert tool spent) over all such calls
+  (`model_calls_total`). A policy that collapsed onto one tool or one expert shows a share near 1.
+
+Intervals
+---------
+Accuracy and adherence are proportions measured on a few dozen items, so each comes with its
+95% Wilson score interval (`accuracy_ci_low` / `accuracy_ci_high`, `adherence_ci_low` /
+`adherence_ci_high`; `wilson_interval`). Wilson rather than the normal approximation because it
+stays inside [0, 1] and is not degenerate at 0 or n successes: 0 of 10 is [0, 0.278], not [0, 0].
+With no items the interval is [0, 1] (nothing is known).
 
 Preference adherence
 --------------------
@@ -43,8 +55,9 @@ with `variant = "neutral"` and are not counted in accuracy, cost or latency.
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -83,9 +96,41 @@ class TaskRecord(BaseModel):
         return self.variant != "neutral"
 
 
+def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `successes / n` (scipy's `binomtest`); (0, 1)
+    when n is 0.
+
+    >>> [round(x, 4) for x in wilson_interval(0, 10)]
+    [0.0, 0.2775]
+    >>> [round(x, 4) for x in wilson_interval(41, 100)]
+    [0.3187, 0.508]
+    >>> wilson_interval(0, 0)
+    (0.0, 1.0)
+    """
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return 0.0, 1.0
+    from scipy.stats import binomtest  # lazy: scipy.stats costs a second to import
+
+    ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    # clamp: the closed form can land a rounding error outside [0, 1] at 0 or n successes
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
+
+
+def proportion_interval(rate: float | None, n: int) -> tuple[float, float]:
+    """The Wilson interval of a rate given as a share of n (the successes are `round(rate * n)`),
+    for reports that stored only the rate and n."""
+    if rate is None or n <= 0 or math.isnan(rate):
+        return 0.0, 1.0
+    return wilson_interval(min(n, max(0, round(rate * n))), n)
+
+
 class Metrics(BaseModel):
     n: int
     accuracy: float
+    accuracy_ci_low: float = Field(0.0, description="95% Wilson interval of accuracy, lower bound")
+    accuracy_ci_high: float = Field(1.0, description="95% Wilson interval of accuracy, upper bound")
     cost_mean: float
     cost_total: float
     latency_mean: float
@@ -97,6 +142,12 @@ class Metrics(BaseModel):
     adherence_n: int = Field(0, description="testable intents (the denominator of adherence)")
     adherence_untestable: int = Field(0, description="'lower' intents whose neutral run was already at 0")
     adherence_by_kind: dict[str, float] = Field(default_factory=dict)
+    adherence_ci_low: float | None = Field(None, description="95% Wilson interval of adherence (None: no intent)")
+    adherence_ci_high: float | None = None
+    calls_total: int = Field(0, description="tool calls of all scored episodes (tool_share's denominator)")
+    tool_share: dict[str, float] = Field(default_factory=dict, description="tool -> its share of calls_total")
+    model_calls_total: int = Field(0, description="calls that reached an expert model (model_share's denominator)")
+    model_share: dict[str, float] = Field(default_factory=dict, description="expert alias -> its share of those")
 
 
 def intent_value(record: TaskRecord, key: str) -> float:
@@ -163,13 +214,36 @@ def adherence_checks(records: list[TaskRecord], *, margin: float = 0.05) -> list
     return rows
 
 
+def model_calls(record: TaskRecord) -> Counter[str]:
+    """Calls of one episode per expert model: each turn whose tool spent tokens of alias M (the
+    turn's `tool_usage`, as the trajectory records it) counts one call of M."""
+    counts: Counter[str] = Counter()
+    for turn in record.trajectory.get("turns") or []:
+        counts.update(list(turn.get("tool_usage") or {}))  # the aliases, not their token counts
+    return counts
+
+
+def _shares(counts: Counter[str]) -> dict[str, float]:
+    total = sum(counts.values())
+    return {k: v / total for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))} if total else {}
+
+
 def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics:
     scored = [r for r in records if r.scored]
     n = len(scored)
     tools = sorted({t for r in scored for t in r.tool_calls})
+    correct = sum(1 for r in scored if r.correct)
+    tool_counts: Counter[str] = Counter()
+    model_counts: Counter[str] = Counter()
+    for r in scored:
+        tool_counts.update(r.tool_calls)
+        model_counts.update(model_calls(r))
+    low, high = wilson_interval(correct, n)
     out = Metrics(
         n=n,
-        accuracy=statistics.fmean(r.correct for r in scored) if n else 0.0,
+        accuracy=correct / n if n else 0.0,
+        accuracy_ci_low=low,
+        accuracy_ci_high=high,
         cost_mean=statistics.fmean(r.cost_usd for r in scored) if n else 0.0,
         cost_total=sum(r.cost_usd for r in scored),
         latency_mean=statistics.fmean(r.latency_s for r in scored) if n else 0.0,
@@ -177,12 +251,18 @@ def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics
         answered_rate=statistics.fmean(r.answered for r in scored) if n else 0.0,
         calls_per_task={t: sum(r.tool_calls.get(t, 0) for r in scored) / n for t in tools} if n else {},
         llm_judged=sum(1 for r in scored if r.judgement.get("method") == "llm"),
+        calls_total=sum(tool_counts.values()),
+        tool_share=_shares(tool_counts),
+        model_calls_total=sum(model_counts.values()),
+        model_share=_shares(model_counts),
     )
     testable = [c for c in checks if c["followed"] is not None]
     out.adherence_untestable = len(checks) - len(testable)
     if testable:
         out.adherence = statistics.fmean(c["followed"] for c in testable)
         out.adherence_n = len(testable)
+        out.adherence_ci_low, out.adherence_ci_high = wilson_interval(sum(1 for c in testable if c["followed"]),
+                                                                      len(testable))
         by_kind: dict[str, list[bool]] = defaultdict(list)
         for c in testable:
             by_kind[c["preference_kind"] or "?"].append(c["followed"])

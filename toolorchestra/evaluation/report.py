@@ -10,14 +10,19 @@ Pareto plot, and the files the `evaluate` stage writes.
 - `adherence.jsonl`: every preference intent checked, with instructed and neutral values and
   whether it was testable;
 - `table.json`: the long-format table (one row per method x benchmark) logged to MLflow;
-- `report.md`: the table as the paper prints it, plus notes;
+- `report.md`: the table as the paper prints it (each accuracy and adherence with its 95% Wilson
+  interval, `41.0% [31.9, 50.8]`), where each method's calls went (share per tool and per expert
+  model), plus notes;
 - `pareto.png`: mean cost per task vs accuracy for each method, overall and per benchmark, with
-  the Pareto front (no other method is both cheaper and at least as accurate) drawn.
+  the Pareto front (no other method is both cheaper and at least as accurate) drawn. Methods on
+  the same or nearly the same point share one label listing their names, and labels are placed
+  so that no two overlap (`place_labels`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +58,51 @@ def table_rows(run: EvalRun) -> list[dict[str, Any]]:
                          "benchmark": bench, "n": m.n, "accuracy": m.accuracy, "cost_mean_usd": m.cost_mean,
                          "cost_total_usd": m.cost_total, "latency_mean_s": m.latency_mean,
                          "format_valid_rate": m.format_valid_rate, "answered_rate": m.answered_rate,
+                         "accuracy_ci_low": m.accuracy_ci_low, "accuracy_ci_high": m.accuracy_ci_high,
                          "adherence": m.adherence, "adherence_n": m.adherence_n,
+                         "adherence_ci_low": m.adherence_ci_low, "adherence_ci_high": m.adherence_ci_high,
                          "adherence_untestable": m.adherence_untestable, "llm_judged": m.llm_judged,
-                         "calls_per_task": json.dumps(m.calls_per_task, sort_keys=True)})
+                         "calls_per_task": json.dumps(m.calls_per_task, sort_keys=True),
+                         "tool_share": json.dumps(m.tool_share, sort_keys=True),
+                         "model_share": json.dumps(m.model_share, sort_keys=True)})
     return rows
+
+
+def with_interval(p: float, low: float, high: float, digits: int = 1) -> str:
+    """A proportion and its interval in percent.
+
+    >>> with_interval(0.41, 0.3187, 0.5080)
+    '41.0% [31.9, 50.8]'
+    """
+    return f"{100 * p:.{digits}f}% [{100 * low:.{digits}f}, {100 * high:.{digits}f}]"
 
 
 def _cell(m: Metrics | None) -> str:
     if m is None:
         return "-"
-    return f"{100 * m.accuracy:.1f}% / ${m.cost_mean:.2g} / {m.latency_mean:.1f}s"
+    accuracy = with_interval(m.accuracy, m.accuracy_ci_low, m.accuracy_ci_high)
+    return f"{accuracy} / ${m.cost_mean:.2g} / {m.latency_mean:.1f}s"
+
+
+def _shares_cell(shares: dict[str, float], total: int) -> str:
+    if not total:
+        return "-"
+    return ", ".join(f"{name} {100 * share:.0f}%" for name, share in shares.items()) + f" (of {total})"
+
+
+def call_shares_table(run: EvalRun) -> str:
+    """Where each method's calls went, pooled over all benchmarks: its share of calls per tool and
+    per expert model (a policy that collapsed onto one tool shows ~100% on it)."""
+    lines = ["| method | calls per task | share of calls per tool | share of expert-model calls |",
+             "| --- | --- | --- | --- |"]
+    for method in run.methods:
+        overall = run.summary.get(method.name, {}).get("overall")
+        if overall is None:
+            continue
+        per_task = f"{overall.calls_total / overall.n:.2f}" if overall.n else "-"
+        lines.append(f"| {method.name} | {per_task} | {_shares_cell(overall.tool_share, overall.calls_total)} | "
+                     f"{_shares_cell(overall.model_share, overall.model_calls_total)} |")
+    return "\n".join(lines)
 
 
 def markdown_table(run: EvalRun) -> str:
@@ -77,7 +117,9 @@ def markdown_table(run: EvalRun) -> str:
         name = f"{method.name} ({', '.join(tags)})"
         adherence = "-"
         if overall is not None and overall.adherence is not None:
-            adherence = f"{100 * overall.adherence:.0f}% (n={overall.adherence_n})"
+            low, high = overall.adherence_ci_low, overall.adherence_ci_high
+            adherence = (with_interval(overall.adherence, low, high, digits=0) if low is not None and high is not None
+                         else f"{100 * overall.adherence:.0f}%") + f" (n={overall.adherence_n})"
         if overall is not None and overall.adherence_untestable:
             adherence += f", {overall.adherence_untestable} untestable"
         valid = f"{100 * overall.format_valid_rate:.0f}%" if overall else "-"
@@ -91,10 +133,15 @@ def markdown_report(run: EvalRun, *, title: str = "Evaluation", notes: list[str]
     out = [
         f"# {title}",
         "",
-        "Each cell: accuracy / mean cost per task (USD) / mean latency per task. Every method ran the "
-        f"identical task list (fingerprint `{run.fingerprint}`): {sizes}.",
+        "Each cell: accuracy [95% Wilson interval] / mean cost per task (USD) / mean latency per task. "
+        f"Every method ran the identical task list (fingerprint `{run.fingerprint}`): {sizes}.",
         "",
         markdown_table(run),
+        "",
+        "Where the calls went (all benchmarks): each tool's share of the method's tool calls, and each "
+        "expert model's share of the calls that reached an expert model.",
+        "",
+        call_shares_table(run),
         "",
         "Methods:",
         "",
@@ -106,8 +153,122 @@ def markdown_report(run: EvalRun, *, title: str = "Evaluation", notes: list[str]
     return "\n".join(out) + "\n"
 
 
-def pareto_plot(run: EvalRun, path: Path, *, title: str = "Cost vs accuracy") -> Path:
-    """Mean cost per task (x) vs accuracy (y), overall and per benchmark, front highlighted."""
+def _near_groups(display: list[tuple[float, float]], near_px: float) -> list[list[int]]:
+    """Indices of points grouped by single linkage: a point within `near_px` pixels of a group
+    joins it (points one cannot tell apart on the plot get one label)."""
+    parent = list(range(len(display)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, (xi, yi) in enumerate(display):
+        for j in range(i):
+            xj, yj = display[j]
+            if (xi, yi) == (xj, yj) or math.hypot(xi - xj, yi - yj) <= near_px:
+                parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(display)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def _candidate_offsets() -> list[tuple[float, float, str, str]]:
+    """Label offsets (points) around an anchor, nearest first, with the alignment that keeps the
+    text on that side of the anchor."""
+    out = []
+    for radius in (6, 14, 24, 36, 50, 66, 84, 104, 126):
+        for degrees in (45, 0, -45, 90, -90, 135, 180, -135, 22, -22, 158, -158):
+            dx, dy = radius * math.cos(math.radians(degrees)), radius * math.sin(math.radians(degrees))
+            ha = "left" if dx > 0.3 * radius else "right" if dx < -0.3 * radius else "center"
+            va = "bottom" if dy > 0.3 * radius else "top" if dy < -0.3 * radius else "center"
+            out.append((dx, dy, ha, va))
+    return out
+
+
+def _area(a: Any, b: Any) -> float:
+    from matplotlib.transforms import Bbox
+
+    both = Bbox.intersection(a, b)
+    return 0.0 if both is None else both.width * both.height
+
+
+def place_labels(ax: Any, points: dict[str, tuple[float, float]], *, fontsize: float = 8, near_px: float = 10.0,
+                 per_line: int = 2) -> list[Any]:
+    """Label the points of `ax` so that no two labels overlap; returns the annotations.
+
+    Points closer than `near_px` pixels (identical ones included: several methods at cost 0 and
+    accuracy 0) get one label listing their names. Each label then takes the nearest offset
+    around its point whose box overlaps no label placed before it (and, where possible, no marker,
+    no legend and nothing outside the axes); a label moved far from its point gets a thin leader
+    line. The axes' limits and layout must be final: the boxes are measured in pixels. (adjustText
+    is not a dependency; this greedy placement is enough for a dozen methods.)"""
+    import numpy as np
+
+    if not points:
+        return []
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    names = list(points)
+    display = [tuple(float(v) for v in ax.transData.transform(points[n])) for n in names]
+    frame = ax.get_window_extent(renderer)
+    from matplotlib.transforms import Bbox
+
+    markers = [Bbox.from_bounds(x - 4, y - 4, 8, 8) for x, y in display if np.isfinite(x) and np.isfinite(y)]
+    legend = ax.get_legend()
+    obstacles = markers + ([legend.get_window_extent(renderer)] if legend is not None else [])
+    groups = sorted(_near_groups(display, near_px), key=lambda g: (-display[g[0]][1], display[g[0]][0]))
+    placed: list[Any] = []
+    out = []
+    for group in groups:
+        members = [names[i] for i in group]
+        text = ",\n".join(", ".join(members[k:k + per_line]) for k in range(0, len(members), per_line))
+        anchor = points[members[0]]
+        ann = ax.annotate(text, anchor, textcoords="offset points", xytext=(5, 4), fontsize=fontsize,
+                          annotation_clip=False, zorder=4)
+        best: tuple[float, tuple[float, float, str, str]] | None = None
+        for offset in _candidate_offsets():
+            dx, dy, ha, va = offset
+            ann.xyann = (dx, dy)
+            ann.set_horizontalalignment(ha)
+            ann.set_verticalalignment(va)
+            box = ann.get_window_extent(renderer).padded(2)
+            clash = sum(_area(box, other) for other in placed)
+            if clash > 0:
+                continue  # never on another label
+            inside = _area(box, frame)
+            cost = sum(_area(box, other) for other in obstacles) + (box.width * box.height - inside)
+            if best is None or cost < best[0]:
+                best = (cost, offset)
+            if cost == 0:
+                break
+        if best is None:  # no free spot in reach (hundreds of labels): keep the first, overlapping
+            best = (0.0, _candidate_offsets()[0])
+        dx, dy, ha, va = best[1]
+        ann.xyann = (dx, dy)
+        ann.set_horizontalalignment(ha)
+        ann.set_verticalalignment(va)
+        box = ann.get_window_extent(renderer)
+        placed.append(box.padded(2))
+        if math.hypot(dx, dy) > 14:  # away from its point: a leader line to the box's nearest corner
+            x0, y0 = ax.transData.transform(anchor)
+            cx = min(max(x0, box.x0), box.x1)
+            cy = min(max(y0, box.y0), box.y1)
+            end = ax.transData.inverted().transform((cx, cy))
+            ax.plot([anchor[0], end[0]], [anchor[1], end[1]], "-", color="0.3", lw=0.7, zorder=2,
+                    scalex=False, scaley=False)
+        out.append(ann)
+    return out
+
+
+PARETO_DPI = 110
+
+
+def pareto_figure(run: EvalRun, *, title: str = "Cost vs accuracy") -> Any:
+    """The figure `pareto_plot` saves: mean cost per task (x) vs accuracy (y), overall and per
+    benchmark, front highlighted, labels placed by `place_labels`."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -116,21 +277,19 @@ def pareto_plot(run: EvalRun, path: Path, *, title: str = "Cost vs accuracy") ->
     panels = ["overall", *[b.name for b in run.benchmarks]]
     cols = min(3, len(panels))
     rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    # the dpi the file is saved at: labels are placed in pixels
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False, dpi=PARETO_DPI)
     colors = {"candidate": "tab:red", "champion": "tab:purple", "orchestrator": "tab:blue", "expert": "tab:green",
               "random": "tab:gray"}
     roles = {m.name: m.role for m in run.methods}
+    panel_points = []
     for ax, panel in zip(axes.flat, panels, strict=False):
         points = {name: (per[panel].cost_mean, per[panel].accuracy)
                   for name, per in run.summary.items() if panel in per}
         front = pareto_front(points)
-        stacked: dict[tuple[float, float], int] = {}
         for name, (cost, acc) in points.items():
             ax.scatter(cost, acc, s=60, color=colors.get(roles.get(name, ""), "black"), zorder=3,
                        edgecolors="black" if name in front else "none")
-            below = stacked.get((cost, acc), 0)  # methods on the same point: labels one under another
-            stacked[(cost, acc)] = below + 1
-            ax.annotate(name, (cost, acc), textcoords="offset points", xytext=(5, 4 - 10 * below), fontsize=8)
         if len(front) > 1:
             ax.plot([points[n][0] for n in front], [points[n][1] for n in front], "--", color="black", lw=1,
                     zorder=2, label="Pareto front")
@@ -139,18 +298,30 @@ def pareto_plot(run: EvalRun, path: Path, *, title: str = "Cost vs accuracy") ->
         if costs and min(costs) > 0 and max(costs) / min(costs) > 50:
             ax.set_xscale("log")  # expert prices span orders of magnitude
         ax.set_ylim(-0.05, 1.05)
+        ax.set_xlim(ax.get_xlim())  # freeze the autoscaled range: labels are placed in pixels
         ax.set_xlabel("mean cost per task (USD)")
         ax.set_ylabel("accuracy")
         ax.set_title(panel, fontsize=10)
         ax.grid(alpha=0.3)
+        panel_points.append((ax, points))
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout()  # before the labels: it moves the axes, and the labels are placed in pixels
+    for ax, points in panel_points:
+        place_labels(ax, points)
+    return fig
+
+
+def pareto_plot(run: EvalRun, path: Path, *, title: str = "Cost vs accuracy") -> Path:
+    """`pareto_figure` as a PNG file."""
     import io
 
+    fig = pareto_figure(run, title=title)  # selects the Agg backend before pyplot is imported here
+    import matplotlib.pyplot as plt
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=PARETO_DPI)
     plt.close(fig)
     return atomic_write_bytes(path, buffer.getvalue())
 
@@ -200,7 +371,8 @@ def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, floa
         if run.seconds.get(method):
             out[f"eval/{method}/episodes_per_s"] = n / run.seconds[method]
     cand = run.summary[candidate]["overall"]
-    out.update({"accuracy": cand.accuracy, "cost_mean": cand.cost_mean, "latency_mean": cand.latency_mean,
+    out.update({"accuracy": cand.accuracy, "accuracy_ci_low": cand.accuracy_ci_low,
+                "accuracy_ci_high": cand.accuracy_ci_high, "cost_mean": cand.cost_mean, "latency_mean": cand.latency_mean,
                 "format_valid_rate": cand.format_valid_rate, "eval_tasks": float(cand.n)})
     if cand.adherence is not None:
         out["adherence"] = cand.adherence

@@ -1,19 +1,22 @@
 """The model card: a markdown page on each registered version (its description) and a run artifact.
 
-Sections: the gate's decision and reasons; the model (base model, training steps, policy alias,
-weights hash, MLflow run, lineage command); data versions (every stage's outputs and their md5
-from `dvc.lock`); parameters (the stages' parameters as `dvc.lock` recorded them, and the gate's);
-the evaluation (method x metrics, task-list fingerprint); the candidate versus the previous
-champion on the same evaluation; known limits (general ones and those this evaluation shows).
+Sections: the gate's decision in one line and every check's reason (with its figures and
+intervals); the model (base model, training steps, policy alias, weights hash, MLflow run, lineage
+command); data versions (every stage's outputs and their md5 from `dvc.lock`); parameters (the
+stages' parameters as `dvc.lock` recorded them, and the gate's); the evaluation (method x metrics,
+task-list fingerprint); the candidate versus the gate's baselines and versus the previous champion
+on the same evaluation; known limits (general ones and those this evaluation shows). Accuracy and
+adherence are shown with their 95% Wilson intervals (`55.0% [34.2, 74.2]`), read from the report
+or, for a report that lacks them, computed from the rate and its count.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from toolorchestra.evaluation.metrics import proportion_interval
 from toolorchestra.registry.gate import Decision, GateConfig
 
 GENERAL_LIMITS = (
@@ -46,13 +49,25 @@ def stage_params(lock: Mapping[str, Any],
     return out
 
 
-def _interval(p: float, n: int) -> float:
-    """Half-width of a normal-approximation 95% interval on a proportion."""
-    return 1.96 * math.sqrt(max(p * (1 - p), 0.25 / max(n, 1)) / max(n, 1)) if n else 1.0
+def _interval(m: Mapping[str, Any], metric: str, count: str) -> tuple[float, float]:
+    """The 95% Wilson interval of `metric` (accuracy or adherence) of one metrics entry: the one
+    the report stored, else computed from the rate and its count (`n`, `adherence_n`)."""
+    low, high = m.get(f"{metric}_ci_low"), m.get(f"{metric}_ci_high")
+    if low is not None and high is not None:
+        return float(low), float(high)
+    return proportion_interval(m.get(metric), int(m.get(count) or 0))
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _pct_ci(m: Mapping[str, Any], metric: str = "accuracy", count: str = "n") -> str:
+    """`55.0% [34.2, 74.2]`; `-` when the metric is absent."""
+    if m.get(metric) is None:
+        return "-"
+    low, high = _interval(m, metric, count)
+    return f"{100 * m[metric]:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
 
 
 def evaluation_limits(report: Mapping[str, Any], candidate: str) -> list[str]:
@@ -60,8 +75,8 @@ def evaluation_limits(report: Mapping[str, Any], candidate: str) -> list[str]:
     out = []
     overall = report["summary"][candidate]["overall"]
     n = int(overall["n"])
-    out.append(f"Evaluated on {n} tasks: accuracy {_pct(overall['accuracy'])} is known to about "
-               f"+/-{100 * _interval(overall['accuracy'], n):.0f} points (95%).")
+    out.append(f"Evaluated on {n} tasks: accuracy {_pct_ci(overall)} (95% Wilson interval); a difference "
+               "smaller than that interval is not evidence of a better model.")
     judge = (report.get("judge") or {}).get("model")
     if not judge:
         out.append("QA answers were judged by exact / numeric match only (no LLM judge configured): correct "
@@ -92,7 +107,7 @@ def model_card(
     """The card as markdown (see the module docstring). `champion` is `{"method", "version"}` or None."""
     title = f"{name} v{version}" if version else f"{name} (candidate, not registered)"
     verdict = {True: "**promoted to champion**", False: "**kept as challenger (not promoted)**"}[decision.promote]
-    lines = [f"# {title}", "", f"Gate decision: {verdict}", ""]
+    lines = [f"# {title}", "", f"Gate decision: {verdict}", "", decision.summary, ""]
     lines += [f"- {r}" for r in decision.reasons]
     steps = manifest.get("steps") or {}
     lines += ["", "## Model", "",
@@ -121,20 +136,39 @@ def model_card(
     lines += ["", "## Evaluation", "",
               f"Task list fingerprint `{report.get('fingerprint')}`; "
               + ", ".join(f"{b['name']} ({b['tasks']} tasks)" for b in report.get("benchmarks", [])) + ".", "",
-              "| method | accuracy | mean cost | mean latency | adherence |", "| --- | --- | --- | --- | --- |"]
+              "| method | accuracy [95% CI] | mean cost | mean latency | adherence [95% CI] |",
+              "| --- | --- | --- | --- | --- |"]
     labels = report.get("labels") or {}
     for method, per in summary.items():
         o = per["overall"]
         tag = " (" + ", ".join(labels[method]) + ")" if labels.get(method) else ""
         mark = " **candidate**" if method == candidate else ""
-        lines.append(f"| {method}{tag}{mark} | {_pct(o['accuracy'])} | ${o['cost_mean']:.3g} | "
-                     f"{o['latency_mean']:.2f}s | {_pct(o.get('adherence'))} |")
+        lines.append(f"| {method}{tag}{mark} | {_pct_ci(o)} | ${o['cost_mean']:.3g} | "
+                     f"{o['latency_mean']:.2f}s | {_pct_ci(o, 'adherence', 'adherence_n')} |")
+    lines += ["", "## Versus the baselines", ""]
+    if gate.baselines:
+        checks = {c.name: c for c in decision.checks}
+        lines += [f"Every promotion must beat these on accuracy (rule `{gate.rule}`, margin "
+                  f"{100 * gate.min_margin:.1f} pts).", "",
+                  "| baseline | accuracy [95% CI] | candidate minus baseline | gate |", "| --- | --- | --- | --- |"]
+        c = summary[candidate]["overall"]
+        for name in gate.baselines:
+            check = checks.get(f"beats:{name}")
+            verdict = "-" if check is None else ("passed" if check.passed else "**failed**")
+            if name in summary:
+                b = summary[name]["overall"]
+                lines.append(f"| {name} | {_pct_ci(b)} | {100 * (c['accuracy'] - b['accuracy']):+.1f} pts | "
+                             f"{verdict} |")
+            else:
+                lines.append(f"| {name} | not evaluated | - | {verdict} |")
+    else:
+        lines.append("The gate names no baselines (promote.gate.baselines is empty).")
     lines += ["", "## Versus the previous champion", ""]
     if champion and champion.get("method") in summary:
         c, p = summary[candidate]["overall"], summary[champion["method"]]["overall"]
         lines += [f"Champion: version {champion.get('version')}, re-evaluated on the same tasks.", "",
                   "| metric | candidate | champion | change |", "| --- | --- | --- | --- |",
-                  f"| accuracy | {_pct(c['accuracy'])} | {_pct(p['accuracy'])} | "
+                  f"| accuracy | {_pct_ci(c)} | {_pct_ci(p)} | "
                   f"{100 * (c['accuracy'] - p['accuracy']):+.1f} pts |",
                   f"| mean cost | ${c['cost_mean']:.3g} | ${p['cost_mean']:.3g} | "
                   + (f"x{c['cost_mean'] / p['cost_mean']:.2f} |" if p["cost_mean"] > 0 else "- |"),

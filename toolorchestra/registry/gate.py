@@ -1,36 +1,60 @@
-"""The promotion gate: may a candidate replace the champion? A pure function of two evaluations.
+"""The promotion gate: may a candidate replace the champion? A pure function of one evaluation.
 
-The gate reads the candidate's and the champion's metrics **from the same evaluation** (same task
-list, same tools and prices; the `evaluate` stage re-runs the champion beside the candidate) and
-moves `champion` only when the candidate is
+The gate reads the candidate's, the champion's and the baselines' metrics **from the same
+evaluation** (same task list, same tools and prices; the `evaluate` stage re-runs the champion
+beside the candidate) and moves `champion` only when every check passes:
 
-1. at least as accurate: `candidate.accuracy >= champion.accuracy - accuracy_tolerance`;
-2. no more expensive than allowed: `candidate.cost_mean <= max_cost_ratio * champion.cost_mean`
-   (a champion that cost nothing admits only a candidate that costs nothing);
-3. above the absolute floors `min_accuracy` and `min_format_valid_rate` (these also apply to the
-   first promotion, when there is no champion).
+1. **solves something** (hard, whatever the floors): a candidate with zero accuracy, or evaluated
+   on no task, is never champion;
+2. **the floors** `min_accuracy` and `min_format_valid_rate`;
+3. **beats every baseline** in `baselines` (default: the prompted base model `prompted` and the
+   `random_router`) on accuracy, on every promotion including the first. With `rule: interval`
+   (the default) the candidate's 95% Wilson lower bound must exceed the baseline's accuracy plus
+   `min_margin`: on a few dozen tasks a lead of a few points is noise, and this asks that the
+   candidate be better than the baseline's figure beyond its own uncertainty (the baseline's
+   uncertainty is not added: that test would need several times more tasks to ever pass). With
+   `rule: point` the candidate's accuracy itself must exceed it. A baseline the evaluation did not
+   run is a failed check that says so (turn it on in `evaluate.methods` or drop it here);
+4. with a champion, **at least as accurate**: `candidate.accuracy >= champion.accuracy -
+   accuracy_tolerance`, and **no more expensive than allowed**: `candidate.cost_mean <=
+   max_cost_ratio * champion.cost_mean` (a champion that cost nothing admits only a candidate that
+   costs nothing).
 
 Accuracy and cost are pooled over the benchmarks named in `benchmarks` (all when None), weighted
-by their task counts. Every check yields a reason, passed or not, so a refusal says exactly why.
+by their task counts. Every check yields a reason with its figures and intervals, passed or not,
+so a refusal says exactly why; `Decision.summary` is that in one line.
 
 >>> from toolorchestra.registry.gate import GateConfig, Scores, decide
+>>> base = {"prompted": Scores(accuracy=0.10, cost_mean=0.002, n=50),
+...         "random_router": Scores(accuracy=0.20, cost_mean=0.02, n=50)}
 >>> champ = Scores(accuracy=0.60, cost_mean=0.010, format_valid_rate=1.0, n=50)
 >>> decide(Scores(accuracy=0.59, cost_mean=0.004, format_valid_rate=1.0, n=50), champ,
-...        GateConfig(accuracy_tolerance=0.02, max_cost_ratio=1.0)).promote
+...        GateConfig(accuracy_tolerance=0.02, max_cost_ratio=1.0), baselines=base).promote
 True
->>> d = decide(Scores(accuracy=0.50, cost_mean=0.004, format_valid_rate=1.0, n=50), champ, GateConfig())
+>>> d = decide(Scores(accuracy=0.50, cost_mean=0.004, format_valid_rate=1.0, n=50), champ, GateConfig(),
+...            baselines=base)
 >>> d.promote, d.failed
 (False, ['accuracy'])
->>> decide(Scores(accuracy=0.3, cost_mean=1.0, format_valid_rate=1.0, n=5), None, GateConfig()).reasons[0]
+>>> first = decide(Scores(accuracy=0.0, cost_mean=0.0, n=100), None, GateConfig(), baselines=base, name="trained")
+>>> first.reasons[0]
 'first promotion: there is no champion yet'
+>>> first.failed
+['solves_tasks', 'beats:prompted', 'beats:random_router']
+>>> print(first.summary)
+not promoted: trained solved no task: 0.0% [0.0, 3.7] on 100 tasks; trained 0.0% [0.0, 3.7] does not beat prompted 10.0% [4.3, 21.4] (rule interval: the lower bound 0.0% must exceed 10.0% + margin 0.0 pts); trained 0.0% [0.0, 3.7] does not beat random_router 20.0% [11.2, 33.0] (rule interval: the lower bound 0.0% must exceed 20.0% + margin 0.0 pts)
+>>> decide(Scores(accuracy=0.4, cost_mean=0.01, n=50), None, GateConfig(), baselines={"prompted": base["prompted"]}
+...        ).checks[-1].reason
+'baseline random_router is not in the evaluation: run it (evaluate.methods) or drop it from promote.gate.baselines'
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from toolorchestra.evaluation.metrics import proportion_interval
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,10 +67,17 @@ class GateConfig(BaseModel):
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0)
     min_format_valid_rate: float = Field(0.0, ge=0.0, le=1.0)
     benchmarks: list[str] | None = Field(None, description="benchmarks the gate reads (None: all)")
+    baselines: list[str] = Field(["prompted", "random_router"],
+                                 description="methods of the evaluation every promotion must beat on accuracy")
+    min_margin: float = Field(0.0, ge=0.0, le=1.0, description="accuracy the candidate must beat each baseline by")
+    rule: Literal["point", "interval"] = Field(
+        "interval", description="point: accuracy > baseline + margin; interval: the candidate's 95% Wilson lower "
+                                "bound > baseline + margin")
 
 
 class Scores(BaseModel):
-    """What the gate reads of one method's evaluation."""
+    """What the gate reads of one method's evaluation. The accuracy interval defaults to the
+    Wilson interval of `accuracy` on `n` tasks."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,6 +86,22 @@ class Scores(BaseModel):
     format_valid_rate: float = 1.0
     latency_mean: float = 0.0
     n: int = 0
+    accuracy_ci_low: float | None = None
+    accuracy_ci_high: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _interval(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (data.get("accuracy_ci_low") is None or data.get("accuracy_ci_high") is None):
+            low, high = proportion_interval(data.get("accuracy"), int(data.get("n") or 0))
+            data = {**data, "accuracy_ci_low": low, "accuracy_ci_high": high}
+        return data
+
+    @property
+    def shown(self) -> str:
+        """`41.0% [31.9, 50.8]`: accuracy and its 95% interval."""
+        return (f"{100 * self.accuracy:.1f}% [{100 * (self.accuracy_ci_low or 0.0):.1f}, "
+                f"{100 * (self.accuracy_ci_high if self.accuracy_ci_high is not None else 1.0):.1f}]")
 
 
 class Check(BaseModel):
@@ -81,14 +128,24 @@ class Decision(BaseModel):
     def label(self) -> str:
         return "promoted" if self.promote else "rejected"
 
+    @property
+    def summary(self) -> str:
+        """The decision in one plain line: why not (every failed check), or what it beat."""
+        if not self.promote:
+            return "not promoted: " + ("; ".join(c.reason for c in self.checks if not c.passed) or "no check ran")
+        beaten = [c.reason for c in self.checks if c.name.startswith("beats:") or c.name == "accuracy"]
+        return "promoted to champion" + (": " + "; ".join(beaten) if beaten else "")
+
 
 def pooled_scores(per_benchmark: Mapping[str, Mapping[str, Any]], benchmarks: list[str] | None) -> Scores:
     """Scores pooled (task-weighted) over some benchmarks of a method's metrics from metrics.json
-    (`{benchmark: {n, accuracy, cost_mean, ...}}`, with `overall`)."""
+    (`{benchmark: {n, accuracy, cost_mean, ...}}`, with `overall`). The pooled accuracy interval is
+    the Wilson interval of the pooled successes."""
     if benchmarks is None:
         m = per_benchmark["overall"]
         return Scores(accuracy=m["accuracy"], cost_mean=m["cost_mean"], format_valid_rate=m["format_valid_rate"],
-                      latency_mean=m["latency_mean"], n=m["n"])
+                      latency_mean=m["latency_mean"], n=m["n"], accuracy_ci_low=m.get("accuracy_ci_low"),
+                      accuracy_ci_high=m.get("accuracy_ci_high"))
     missing = sorted(set(benchmarks) - set(per_benchmark))
     if missing:
         raise KeyError(f"benchmarks {missing} are not in the evaluation; it has {sorted(per_benchmark)}")
@@ -104,24 +161,55 @@ def pooled_scores(per_benchmark: Mapping[str, Mapping[str, Any]], benchmarks: li
                   latency_mean=mean("latency_mean"), n=n)
 
 
-def decide(candidate: Scores, champion: Scores | None, config: GateConfig) -> Decision:
-    """The gate's decision with one check per rule (module docstring)."""
+def baseline_check(name: str, candidate: Scores, baseline: Scores | None, config: GateConfig, *,
+                   candidate_name: str = "candidate") -> Check:
+    """Does the candidate beat one baseline on accuracy under `config.rule` (module docstring)?"""
+    check = f"beats:{name}"
+    if baseline is None:
+        return Check(name=check, passed=False, reason=(f"baseline {name} is not in the evaluation: run it "
+                                                       "(evaluate.methods) or drop it from promote.gate.baselines"))
+    need = baseline.accuracy + config.min_margin
+    if config.rule == "interval":
+        value, what = candidate.accuracy_ci_low or 0.0, "the lower bound"
+    else:
+        value, what = candidate.accuracy, "the accuracy"
+    passed = value > need + 1e-12
+    verb = "beats" if passed else "does not beat"
+    return Check(name=check, passed=passed, reason=(
+        f"{candidate_name} {candidate.shown} {verb} {name} {baseline.shown} (rule {config.rule}: {what} "
+        f"{100 * value:.1f}% must exceed {100 * baseline.accuracy:.1f}% + margin {100 * config.min_margin:.1f} pts)"))
+
+
+def decide(candidate: Scores, champion: Scores | None, config: GateConfig, *,
+           baselines: Mapping[str, Scores] | None = None, name: str = "candidate") -> Decision:
+    """The gate's decision with one check per rule (module docstring). `baselines` holds the
+    scores of the evaluation's methods named in `config.baselines` (one missing fails its check);
+    `name` is the candidate's method name, used in the reasons."""
+    baselines = baselines or {}
+    if candidate.n == 0:
+        solves = Check(name="evaluated", passed=False, reason=f"{name} was evaluated on no task")
+    else:
+        solved = max(1, round(candidate.accuracy * candidate.n)) if candidate.accuracy > 0 else 0
+        solves = Check(name="solves_tasks", passed=solved > 0, reason=(
+            f"{name} solved {solved} of {candidate.n} tasks ({candidate.shown})" if solved else
+            f"{name} solved no task: {candidate.shown} on {candidate.n} tasks"))
     checks = [
+        solves,
         Check(name="min_accuracy", passed=candidate.accuracy >= config.min_accuracy,
               reason=f"accuracy {candidate.accuracy:.3f} vs floor {config.min_accuracy:.3f}"),
         Check(name="min_format_valid_rate", passed=candidate.format_valid_rate >= config.min_format_valid_rate,
               reason=(f"format-valid rate {candidate.format_valid_rate:.3f} "
                       f"vs floor {config.min_format_valid_rate:.3f}")),
     ]
-    if candidate.n == 0:
-        checks.append(Check(name="evaluated", passed=False, reason="the candidate was evaluated on no task"))
+    checks += [baseline_check(b, candidate, baselines.get(b), config, candidate_name=name) for b in config.baselines]
     if champion is None:
         return Decision(promote=all(c.passed for c in checks), checks=checks, first_promotion=True)
     need = champion.accuracy - config.accuracy_tolerance
     checks.append(Check(
         name="accuracy", passed=candidate.accuracy >= need - 1e-12,
         reason=(f"accuracy {candidate.accuracy:.3f} vs champion {champion.accuracy:.3f} "
-                f"(tolerance {config.accuracy_tolerance:.3f}: needs >= {need:.3f})"),
+                f"(tolerance {config.accuracy_tolerance:.3f}: needs >= {need:.3f}); "
+                f"{name} {candidate.shown}, champion {champion.shown}"),
     ))
     budget = config.max_cost_ratio * champion.cost_mean
     if champion.cost_mean > 0:

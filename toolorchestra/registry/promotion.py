@@ -1,10 +1,12 @@
 """Promotion: from an evaluation report to a gate decision, a model card and version tags.
 
 1. **plan** (`plan_promotion`): check the report evaluated this checkpoint (weights hash); find
-   the current champion; read both from the report, pooled over `gate.benchmarks`; decide with the
-   gate (`toolorchestra.registry.gate`). A champion the report did not evaluate (it changed after
-   the evaluation) refuses promotion with that reason; a champion with the same weights means
-   nothing to promote;
+   the current champion; read it, the candidate and the gate's `baselines` from the report, pooled
+   over `gate.benchmarks`; decide with the gate (`toolorchestra.registry.gate`). A champion the
+   report did not evaluate (it changed after the evaluation) refuses promotion with that reason; a
+   champion with the same weights means nothing to promote. A baseline the report lacks is left
+   out of the scores, and the gate fails its check with that reason. `Plan.summary` says the
+   outcome in one plain line (what the stage logs and the flow reports);
 2. what is recorded about the decision: `render_card` (the model card), `decision_record`
    (`decision.json`) and `version_tags` (the registered version's tags).
 
@@ -55,6 +57,13 @@ class Plan:
     def label(self) -> str:
         return "identical" if self.identical_to else self.decision.label
 
+    @property
+    def summary(self) -> str:
+        """One plain line: `not promoted: trained 0.0% [0.0, 3.6] does not beat prompted ...`."""
+        if self.identical_to:
+            return self.notes[0] if self.notes else f"identical to champion version {self.identical_to}"
+        return self.decision.summary
+
 
 def read_report(folder: Path) -> dict[str, Any]:
     path = folder / "metrics.json"
@@ -96,6 +105,7 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
         candidate = pooled_scores(summary[params.candidate], params.gate.benchmarks)
     except KeyError as exc:
         raise ConfigError(None, str(exc.args[0]), key="promote.gate.benchmarks") from None
+    baselines = _baseline_scores(summary, params.gate)
     current = alias_version(client_for(settings), params.registered_model, CHAMPION)
     evaluated = report.get("champion") or {}
     lock = _read_lock(workspace)
@@ -105,7 +115,8 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
                     identical_to=str(current.version),
                     notes=[f"the champion (version {current.version}) already has these weights: nothing to promote"])
     if current is None:
-        return Plan(decide(candidate, None, params.gate), candidate, None, None, report, manifest, lock)
+        decision = decide(candidate, None, params.gate, baselines=baselines, name=params.candidate)
+        return Plan(decision, candidate, None, None, report, manifest, lock)
     if str(evaluated.get("version")) != str(current.version) or evaluated.get("method") not in summary:
         from toolorchestra.registry.gate import Check
 
@@ -116,8 +127,22 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
                     "re-run the evaluate stage (orchestra run --force evaluate)"))])
         return Plan(decision, candidate, None, str(current.version), report, manifest, lock)
     champion = pooled_scores(summary[evaluated["method"]], params.gate.benchmarks)
-    return Plan(decide(candidate, champion, params.gate), candidate, champion, str(current.version), report,
-                manifest, lock)
+    decision = decide(candidate, champion, params.gate, baselines=baselines, name=params.candidate)
+    return Plan(decision, candidate, champion, str(current.version), report, manifest, lock)
+
+
+def _baseline_scores(summary: dict[str, Any], gate: GateConfig) -> dict[str, Scores]:
+    """The gate's baselines that the report evaluated (on every benchmark the gate reads); the
+    gate refuses, with the reason, when one is missing."""
+    out = {}
+    for name in gate.baselines:
+        if name not in summary:
+            continue
+        try:
+            out[name] = pooled_scores(summary[name], gate.benchmarks)
+        except KeyError:
+            continue  # evaluated on fewer benchmarks than the gate reads: counts as missing
+    return out
 
 
 def render_card(params: PromotionConfig, plan: Plan, *, version: str | None, run_id: str | None) -> str:
@@ -131,7 +156,9 @@ def render_card(params: PromotionConfig, plan: Plan, *, version: str | None, run
 
 def decision_record(params: PromotionConfig, plan: Plan, version: str | None) -> dict[str, Any]:
     return {
-        "decision": plan.label, "promoted": plan.decision.promote, "reasons": plan.decision.reasons + plan.notes,
+        "decision": plan.label, "promoted": plan.decision.promote, "summary": plan.summary,
+        "reasons": plan.decision.reasons + plan.notes,
+        "checks": [c.model_dump() for c in plan.decision.checks],
         "version": version, "registered_model": params.registered_model,
         "champion_version_before": plan.champion_version, "candidate": plan.candidate.model_dump(),
         "champion": plan.champion.model_dump() if plan.champion else None, "gate": params.gate.model_dump(),
@@ -144,11 +171,14 @@ def version_tags(params: PromotionConfig, plan: Plan) -> dict[str, str]:
     c = plan.candidate
     return {
         "orchestra.gate.decision": plan.label,
+        "orchestra.gate.summary": plan.summary,
         "orchestra.gate.reasons": " | ".join(plan.decision.reasons + plan.notes),
         "orchestra.gate.champion_version": plan.champion_version or "none",
         "orchestra.gate.config": json.dumps(params.gate.model_dump(), sort_keys=True),
         "orchestra.eval.fingerprint": str(plan.report.get("fingerprint")),
-        "orchestra.eval.accuracy": f"{c.accuracy:.6g}", "orchestra.eval.cost_mean": f"{c.cost_mean:.6g}",
+        "orchestra.eval.accuracy": f"{c.accuracy:.6g}",
+        "orchestra.eval.accuracy_ci95": f"[{c.accuracy_ci_low:.6g}, {c.accuracy_ci_high:.6g}]",
+        "orchestra.eval.cost_mean": f"{c.cost_mean:.6g}",
         "orchestra.eval.latency_mean": f"{c.latency_mean:.6g}", "orchestra.eval.tasks": str(c.n),
         "orchestra.weights_sha256": plan.manifest["weights_sha256"],
     }

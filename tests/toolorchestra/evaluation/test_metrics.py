@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from toolorchestra.evaluation.metrics import TaskRecord, adherence_checks, intent_followed, summarize
+from toolorchestra.evaluation.metrics import (
+    TaskRecord,
+    adherence_checks,
+    intent_followed,
+    proportion_interval,
+    summarize,
+    wilson_interval,
+)
 
 
 def record(method="m", bench="b", key="b/t1", variant="plain", correct=True, cost=0.01, latency=1.0, calls=None,
-           intents=None, offered=("web_search", "answer"), kind_="cost", valid=True):
+           intents=None, offered=("web_search", "answer"), kind_="cost", valid=True, trajectory=None):
     return TaskRecord(method=method, benchmark=bench, task_id=key.split("/", 1)[1], key=key, kind="qa",
                       variant=variant, preference_kind=kind_ if intents else None, intents=intents or [],
                       correct=correct, answered=True, format_valid=valid, cost_usd=cost, latency_s=latency, turns=1,
-                      tool_calls=calls or {}, offered_tools=list(offered))
+                      tool_calls=calls or {}, offered_tools=list(offered), trajectory=trajectory or {})
 
 
 @pytest.mark.parametrize(("key", "prefer", "value", "neutral", "followed"), [
@@ -91,3 +98,64 @@ def test_summary_pools_benchmarks_and_ignores_neutral_runs():
     overall = out["overall"]
     assert overall.n == 3 and overall.accuracy == pytest.approx(2 / 3)
     assert overall.cost_total == pytest.approx(0.06) and overall.latency_mean == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(("successes", "n", "low", "high"), [
+    (0, 10, 0.0, 0.2775),      # not [0, 0]: no success in 10 still allows up to ~28%
+    (10, 10, 0.7225, 1.0),
+    (41, 100, 0.3187, 0.5080),
+    (1, 2, 0.0945, 0.9055),
+    (0, 0, 0.0, 1.0),          # nothing evaluated: nothing known
+])
+def test_wilson_interval_known_values(successes, n, low, high):
+    got = wilson_interval(successes, n)
+    assert got == (pytest.approx(low, abs=1e-4), pytest.approx(high, abs=1e-4))
+
+
+def test_wilson_interval_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="successes <= n"):
+        wilson_interval(3, 2)
+    assert proportion_interval(0.5, 20) == wilson_interval(10, 20) and proportion_interval(None, 5) == (0.0, 1.0)
+
+
+def test_metrics_carry_accuracy_and_adherence_intervals():
+    records = [record(key=f"b/t{i}", correct=False) for i in range(10)]
+    m = summarize(records)["m"]["overall"]
+    assert m.accuracy == 0.0 and m.accuracy_ci_low == 0.0 and m.accuracy_ci_high == pytest.approx(0.2775, abs=1e-4)
+    assert m.adherence is None and m.adherence_ci_low is None and m.adherence_ci_high is None
+    cheap = [{"key": "cost", "prefer": "lower"}]
+    pref = [record(key="p/t1", variant="instructed", intents=cheap, cost=0.005),
+            record(key="p/t1", variant="neutral", intents=cheap, cost=0.01)]
+    p = summarize(pref)["m"]["overall"]
+    assert p.adherence == 1.0 and (p.adherence_ci_low, p.adherence_ci_high) == (pytest.approx(0.2065, abs=1e-4), 1.0)
+    assert p.accuracy_ci_low == pytest.approx(0.2065, abs=1e-4)  # 1 of 1 scored (the neutral run is not)
+    dumped = p.model_dump()
+    assert {"accuracy_ci_low", "accuracy_ci_high", "adherence_ci_low", "adherence_ci_high"} <= set(dumped)
+
+
+def turn(tool, *aliases):
+    return {"tool": tool, "tool_usage": {a: {"prompt_tokens": 10, "completion_tokens": 2} for a in aliases}}
+
+
+def test_call_shares_per_tool_and_per_expert_model():
+    collapsed = [record(method="c", key=f"b/t{i}", calls={"answer": 2},
+                        trajectory={"turns": [turn("answer", "big"), turn("answer", "big")]}) for i in range(3)]
+    mixed = [
+        record(method="x", key="b/t0", calls={"answer": 1, "web_search": 1},
+               trajectory={"turns": [turn("web_search"), turn("answer", "small")]}),
+        record(method="x", key="b/t1", calls={"answer": 2},
+               trajectory={"turns": [turn("answer", "big"), turn("answer", "small")]}),
+        record(method="x", key="b/t2", calls={}),  # answered without a call
+        record(method="x", key="b/t2", variant="neutral", calls={"web_search": 5},  # not scored
+               trajectory={"turns": [turn("web_search", "big")] * 5}),
+    ]
+    out = summarize(collapsed + mixed)
+    c = out["c"]["overall"]
+    assert c.tool_share == {"answer": 1.0} and c.model_share == {"big": 1.0}
+    assert c.calls_total == 6 and c.model_calls_total == 6
+    x = out["x"]["overall"]
+    assert x.calls_total == 4 and x.tool_share == {"answer": 0.75, "web_search": 0.25}
+    assert x.model_calls_total == 3 and x.model_share == pytest.approx({"small": 2 / 3, "big": 1 / 3})
+    assert list(x.model_share) == ["small", "big"]  # largest share first
+    empty = summarize([record(method="e", calls={})])["e"]["overall"]
+    assert empty.tool_share == {} and empty.model_share == {} and empty.calls_total == 0

@@ -1,10 +1,14 @@
-"""The Pareto front, and the docstring examples of the evaluation and registry modules."""
+"""The Pareto front and its plot's labels, and the docstring examples of the evaluation and registry modules."""
 
 from __future__ import annotations
 
+import itertools
+from types import SimpleNamespace
+
 import pytest
 
-from toolorchestra.evaluation.report import pareto_front
+from toolorchestra.evaluation.metrics import Metrics
+from toolorchestra.evaluation.report import pareto_figure, pareto_front, place_labels
 
 
 def test_pareto_front_keeps_only_undominated_methods():
@@ -13,6 +17,70 @@ def test_pareto_front_keeps_only_undominated_methods():
     assert pareto_front(points) == ["cheap", "mid", "best"]
     assert pareto_front({}) == []
     assert pareto_front({"tie-a": (0.0, 0.5), "tie-b": (0.0, 0.5)}) == ["tie-a"]
+
+
+# Ten methods as a demo evaluation places them: four at (0 cost, 0 accuracy), others a hair apart.
+POINTS = {"trained": (0.0, 0.0), "champion": (0.0, 0.0), "prompted": (0.0, 0.0), "random_router": (0.0, 0.0),
+          "expert:qwen-0.5b": (0.0001, 0.0), "expert:smollm2": (0.002, 0.0), "expert:phi": (0.002, 0.02),
+          "expert:llama-1b": (0.01, 0.5), "expert:llama-3b": (0.0102, 0.51), "expert:big": (0.03, 0.9)}
+ROLES = {"trained": "candidate", "champion": "champion", "prompted": "orchestrator", "random_router": "random"}
+
+
+def eval_run(points):
+    def metrics(cost, acc):
+        return Metrics(n=50, accuracy=acc, cost_mean=cost, cost_total=50 * cost, latency_mean=1.0,
+                       format_valid_rate=1.0, answered_rate=1.0)
+
+    return SimpleNamespace(
+        benchmarks=[SimpleNamespace(name="qa"), SimpleNamespace(name="toolscale")],
+        methods=[SimpleNamespace(name=n, role=ROLES.get(n, "expert")) for n in points],
+        summary={n: {b: metrics(*p) for b in ("overall", "qa", "toolscale")} for n, p in points.items()})
+
+
+def label_boxes(fig, ax):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+
+
+def test_pareto_labels_never_overlap_and_name_every_method_once():
+    import matplotlib.pyplot as plt
+
+    fig = pareto_figure(eval_run(POINTS))
+    try:
+        for ax in fig.axes[:3]:
+            boxes = label_boxes(fig, ax)
+            named = sorted(n.strip() for text, _ in boxes for n in text.replace("\n", " ").split(","))
+            assert named == sorted(POINTS)
+            for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+                assert not box_a.overlaps(box_b), f"labels {a!r} and {b!r} overlap"
+            # the four methods at the same point share one label
+            assert any(all(n in text for n in ("trained", "champion", "prompted", "random_router"))
+                       for text, _ in boxes)
+    finally:
+        plt.close(fig)
+
+
+def test_place_labels_separates_many_nearby_points():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    points = {f"method-{i}": (i * 0.04, 0.5 + 0.002 * i) for i in range(12)}  # a row of close points
+    for x, y in points.values():
+        ax.scatter(x, y)
+    ax.set_xlim(-0.1, 0.6)
+    ax.set_ylim(0, 1)
+    try:
+        labels = place_labels(ax, points)
+        assert len(labels) >= 2
+        boxes = label_boxes(fig, ax)
+        assert all(not a.overlaps(b) for (_, a), (_, b) in itertools.combinations(boxes, 2))
+        assert place_labels(ax, {}) == []
+    finally:
+        plt.close(fig)
 
 
 @pytest.mark.parametrize("module", ["toolorchestra.evaluation.judges", "toolorchestra.evaluation.metrics",
