@@ -124,6 +124,11 @@ class ToolUseTask:
         return dump_task(self.task)
 
 
+def task_domain(item: QAItem | ToolUseTask) -> str | None:
+    """The domain a task belongs to: a tool-use task's, or the `domain` a synthesized QA item names."""
+    return item.domain.name if isinstance(item, ToolUseTask) else getattr(item, "domain", None)
+
+
 def task_prompt(task: Task) -> str:
     """What the orchestrator is told about a tool-use task: the ticket, else the user's
     instructions (no user simulator in this project; the task is given up front)."""

@@ -35,7 +35,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.episodes.pool import DomainRef, QAItem, TaskPool, ToolUseTask, load_pool, load_qa_file
+from toolorchestra.episodes.pool import (
+    DomainRef,
+    QAItem,
+    TaskPool,
+    ToolUseTask,
+    load_pool,
+    load_qa_file,
+    task_domain,
+)
 from toolorchestra.preferences.pairs import PreferencePair
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -97,6 +105,7 @@ class ToolScaleSpec(_Spec):
 class QASpec(_Spec):
     kind: Literal["qa"] = "qa"
     categories: list[Literal["qa_arithmetic", "qa_numeric", "qa_lookup"]] | None = None
+    domains: list[str] | None = Field(None, description="only items naming these domains (None: all)")
 
 
 class PreferenceSpec(_Spec):
@@ -130,6 +139,7 @@ class HeldOut(BaseModel):
     model_config = _STRICT
 
     eval_task_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    domains: list[str] = Field(default_factory=list, description="the assembly's `heldout_domains`")
 
 
 # ------------------------------------------------------------------------------ loaders
@@ -182,7 +192,8 @@ def training_task_ids(dataset: str | Path | None) -> set[str] | None:
     return {i.task_id for i in load_instances(dataset, split="train")}
 
 
-def heldout_pool(pool: TaskPool, *, train_ids: set[str] | None, fraction: float, seed: int) -> TaskPool:
+def heldout_pool(pool: TaskPool, *, train_ids: set[str] | None, fraction: float, seed: int,
+                 heldout_domains: Sequence[str] = ()) -> TaskPool:
     """The tasks training did not see (see the module docstring)."""
     from toolorchestra.preferences.assemble import split_tasks, split_units
 
@@ -192,7 +203,7 @@ def heldout_pool(pool: TaskPool, *, train_ids: set[str] | None, fraction: float,
         return TaskPool(qa=[q for q in pool.qa if unit_of[q.id] not in seen],
                         tool_use=[t for t in pool.tool_use if unit_of[t.id] not in seen])
 
-    _, held = split_tasks(pool, fraction, seed)
+    _, held = split_tasks(pool, fraction, seed, heldout_domains)
     ids = {t.id for t in held}
     return TaskPool(qa=[q for q in pool.qa if q.id in ids], tool_use=[t for t in pool.tool_use if t.id in ids])
 
@@ -278,7 +289,7 @@ def build_benchmarks(
                 raise ConfigError(None, "benchmarks of kind toolscale / qa / preferences need the validated tasks "
                                   "(deps.tasks)", key="benchmarks")
             held = heldout_pool(load_pool(tasks_root, domains_root=domains_root), train_ids=train_ids,
-                                fraction=heldout.eval_task_fraction, seed=seed)
+                                fraction=heldout.eval_task_fraction, seed=seed, heldout_domains=heldout.domains)
         return held
 
     out: list[Benchmark] = []
@@ -297,6 +308,8 @@ def build_benchmarks(
             qa = pool().qa
             if spec.categories is not None:
                 qa = [q for q in qa if q.qa_category in set(spec.categories)]
+            if spec.domains is not None:
+                qa = [q for q in qa if task_domain(q) in set(spec.domains)]
             items = [EvalItem(spec.name, q) for q in qa]
         elif isinstance(spec, PreferenceSpec):
             candidates: list[Task] = []

@@ -45,7 +45,7 @@ from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
 from toolorchestra.envs.task import dump_task
 from toolorchestra.episodes.environment import DEFAULT_PREFERENCE
 from toolorchestra.episodes.instance import Instance, Split
-from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_prompt
+from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_domain, task_prompt
 from toolorchestra.episodes.reward import ACCURACY, check_preference
 from toolorchestra.preferences.pairs import PreferencePair, load_pairs
 from toolorchestra.tools.catalog import Catalog, ExpertBackend, Price
@@ -64,6 +64,8 @@ class AssemblyConfig(BaseModel):
     min_catalog_tools: int = Field(1, ge=0, le=1_000)
     price_jitter: float = Field(2.0, ge=1.0, le=100.0, description="prices scaled by [1/j, j]; 1 = none")
     eval_task_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    heldout_domains: list[str] = Field(default_factory=list, description="domains whose every task (tool use "
+                                       "and QA) is held out: the unseen-domain benchmark")
     max_tasks: int | None = Field(None, ge=1, le=10_000_000, description="cap on tasks used (a tiny profile)")
     include_policy: bool = True
     max_policy_chars: int = Field(4000, ge=0, le=1_000_000)
@@ -114,20 +116,31 @@ def split_units(items: Iterable[Any]) -> dict[str, str]:
     return {tid: find(f) for tid, f in parent.items()}
 
 
-def split_tasks(pool: TaskPool, fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
+def split_tasks(pool: TaskPool, fraction: float, seed: int,
+                heldout_domains: Iterable[str] = ()) -> tuple[list[Any], list[Any]]:
     """(train tasks, eval tasks): per domain / QA category, whole units (`split_units`: an
     evolution family, with the tasks sharing its golden-action prefix) go to eval in the order of
     a seeded hash of the unit id until at least the `fraction` of the stratum's tasks is reached
     (at least one unit where a stratum has two or more and fraction > 0; never the last one).
     Splitting tasks one by one put an evolved task and its base on different sides, so held-out
-    tasks shared a golden-action prefix with training tasks."""
+    tasks shared a golden-action prefix with training tasks. Every task of a `heldout_domains`
+    domain goes to eval: training never sees that domain."""
+    unseen = set(heldout_domains)
     strata: dict[str, list[Any]] = defaultdict(list)
+    evaluation: list[Any] = []
     for item in pool.qa:
-        strata[f"qa:{item.qa_category}"].append(item)
+        if task_domain(item) in unseen:
+            evaluation.append(item)
+        else:
+            strata[f"qa:{item.qa_category}"].append(item)
     for task in pool.tool_use:
-        strata[f"tool_use:{task.domain.name}"].append(task)
+        if task.domain.name in unseen:
+            evaluation.append(task)
+        else:
+            strata[f"tool_use:{task.domain.name}"].append(task)
+    evaluation.sort(key=lambda t: _stable(seed, t.id))
     unit_of = split_units([*pool.qa, *pool.tool_use])
-    train, evaluation = [], []
+    train: list[Any] = []
     for key in sorted(strata):
         items = strata[key]
         units: dict[str, list[Any]] = defaultdict(list)
@@ -270,7 +283,7 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
 def assemble(pool: TaskPool, catalog: Catalog, train_pairs: list[PreferencePair], eval_pairs: list[PreferencePair],
              config: AssemblyConfig) -> dict[Split, list[Instance]]:
     """Train and eval instances (see the module docstring)."""
-    train_tasks, eval_tasks = split_tasks(pool, config.eval_task_fraction, config.seed)
+    train_tasks, eval_tasks = split_tasks(pool, config.eval_task_fraction, config.seed, config.heldout_domains)
     if config.max_tasks is not None:
         rng = random.Random(config.seed)
         cap_eval = max(1, round(config.max_tasks * config.eval_task_fraction)) if eval_tasks else 0

@@ -36,6 +36,19 @@ class ToolOutput(BaseModel):
     """Structured result for the caller (e.g. the final answer), never shown to the model."""
 
 
+VALIDATION_ONLY = frozenset({"additionalProperties", "minLength", "maxLength", "pattern", "default"})
+
+
+def shown_schema(node: Any) -> Any:
+    """`node` without the `VALIDATION_ONLY` keywords (a property named like one is kept)."""
+    if isinstance(node, dict):
+        return {k: (shown_schema(v) if k != "properties" else {p: shown_schema(s) for p, s in v.items()})
+                for k, v in node.items() if k not in VALIDATION_ONLY or k == "properties"}
+    if isinstance(node, list):
+        return [shown_schema(v) for v in node]
+    return node
+
+
 class Tool(ABC):
     """A callable tool with an OpenAI-style function schema."""
 
@@ -45,13 +58,15 @@ class Tool(ABC):
     """JSON schema of the arguments object."""
 
     def spec(self) -> dict[str, Any]:
-        """The OpenAI / Hermes function-tool schema shown to the model."""
+        """The OpenAI / Hermes function-tool schema shown to the model. Keywords that only
+        validate (`VALIDATION_ONLY`) are left out: the toolbox enforces them on every call with
+        the full `parameters`, and a small policy reads the schema on every turn."""
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.parameters,
+                "parameters": shown_schema(self.parameters),
             },
         }
 

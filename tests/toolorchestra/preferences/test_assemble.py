@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from toolorchestra.episodes.pool import load_pool
+from toolorchestra.episodes.pool import load_pool, task_domain
 from toolorchestra.preferences.assemble import AssemblyConfig, assemble, choose_tools, perturbed, split_tasks
 from toolorchestra.preferences.grammar import generate_grammar_pairs
 from toolorchestra.preferences.pairs import Intent, PreferencePair
@@ -231,3 +231,16 @@ def test_split_units_join_families_and_prefixes():
         sides = {t.id in {h.id for h in held} for t in items if t.id in group}
         assert len(sides) == 1  # one side per unit
     assert held and train
+
+
+def test_a_heldout_domain_never_trains(validated):
+    """Every task of a held-out domain (tool use, and QA items naming it) goes to eval; the other
+    domains split as before."""
+    pool = load_pool(validated)
+    domains = sorted({t.domain.name for t in pool.tool_use})
+    unseen = domains[0]
+    train, evaluation = split_tasks(pool, 0.25, seed=0, heldout_domains=[unseen])
+    assert not [t for t in train if task_domain(t) == unseen]
+    assert {t.id for t in pool.tool_use if t.domain.name == unseen} <= {t.id for t in evaluation}
+    before_train, _ = split_tasks(pool, 0.25, seed=0)
+    assert {t.id for t in train} == {t.id for t in before_train if task_domain(t) != unseen}

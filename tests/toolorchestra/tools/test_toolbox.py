@@ -87,3 +87,25 @@ def test_long_observations_are_truncated():
 def test_unknown_tool_in_subset_is_rejected(settings):
     with pytest.raises(ValueError, match="not in the catalog"):
         toolbox_with(Expert(""), settings, ["no_such_tool"])
+
+
+def test_shown_schema_leaves_out_validation_only_keywords_which_the_toolbox_still_enforces():
+    from toolorchestra.tools.base import Tool, ToolOutput
+    from toolorchestra.tools.toolbox import Toolbox
+
+    class Echo(Tool):
+        name, description = "echo", "Echo a word."
+        parameters = {"type": "object", "additionalProperties": False, "required": ["word"],
+                      "properties": {"word": {"type": "string", "minLength": 2, "pattern": "^[a-z]+$"},
+                                     "pattern": {"type": "integer", "maximum": 3, "default": 1}}}
+
+        def run(self, arguments):
+            return ToolOutput(content=arguments["word"])
+
+    shown = Echo().spec()["function"]["parameters"]
+    assert shown == {"type": "object", "required": ["word"],
+                     "properties": {"word": {"type": "string"}, "pattern": {"type": "integer", "maximum": 3}}}
+    box = Toolbox([Echo()])
+    assert box.call("echo", {"word": "hi"}).ok
+    for bad in ({"word": "h"}, {"word": "Hi"}, {"word": "hi", "extra": 1}):
+        assert box.call("echo", bad).error == "invalid_arguments"
