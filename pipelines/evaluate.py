@@ -13,7 +13,8 @@ Inputs (`deps`):
 
 Methods (`methods`): the trained orchestrator (the candidate), the registry's current `champion`
 re-evaluated on the same tasks (skipped when there is none or it has the candidate's weights), the
-prompted base model, each catalog expert alone, a random router (`toolorchestra.evaluation.methods`).
+prompted base model, the SFT-only warm start (`deps.warm_start`, the train stage's second output),
+each catalog expert alone, a random router (`toolorchestra.evaluation.methods`).
 
 Output (`outs.report`, `reports/eval/`): `metrics.json`, `per_task.jsonl` (each judgement with its
 trajectory), `tasks.json`, `adherence.jsonl`, `table.json`, `report.md`, `pareto.png`
@@ -124,6 +125,19 @@ def _log_to_mlflow(folder: Path, files: dict[str, Path]) -> None:
     mlflow.set_tag("orchestra.eval.fingerprint", json.loads(files["metrics"].read_text())["fingerprint"])
 
 
+def _sft_only(folder: Path, params: Params, settings: Any, catalog: Any) -> Any:
+    """The warm-start checkpoint (SFT, no GRPO) as a method, on the stage's engine."""
+    from toolorchestra.evaluation.methods import orchestrator
+    from toolorchestra.llm.config import as_engine
+    from toolorchestra.rl.checkpoint import load_orchestrator
+
+    llm, _, manifest = load_orchestrator(folder, device=params.device)
+    llm = as_engine(llm, params.engine, settings)
+    llm.model = "sft_only"
+    return orchestrator("sft_only", llm, policy_alias=manifest.get("policy_alias") or catalog.policy,
+                        description="the warm start before GRPO (SFT on golden trajectories only)")
+
+
 def run(params: Params, paths: StagePaths) -> dict[str, float]:
     from toolorchestra.evaluation.benchmarks import build_benchmarks, training_task_ids
     from toolorchestra.evaluation.judges import build_judge
@@ -165,6 +179,9 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
         params.methods, candidate=candidate, champion=champion, champion_note=champion_note, catalog=catalog,
         settings=settings, llm_for=llm_for, seed=params.seed, max_turns=params.episode.max_turns,
         device=params.device, engine=params.engine)
+    warm_start = paths.deps.get("warm_start")
+    if params.methods.sft_only and warm_start is not None:
+        methods.append(_sft_only(warm_start, params, settings, catalog))
     judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         seed=params.seed, adherence_margin=params.adherence_margin)

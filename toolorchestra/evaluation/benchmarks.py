@@ -100,6 +100,8 @@ class _Spec(BaseModel):
 class ToolScaleSpec(_Spec):
     kind: Literal["toolscale"] = "toolscale"
     domains: list[str] | None = Field(None, description="only these domains (None: all)")
+    max_actions: int | None = Field(None, ge=1, le=10_000, description="only tasks with at most this many golden "
+                                    "calls (match the episode's max_turns; None: all)")
 
 
 class QASpec(_Spec):
@@ -303,6 +305,8 @@ def build_benchmarks(
                 if missing:
                     notes.append(f"no held-out tasks for domains {missing} (held-out domains: {known})")
                 tasks = [t for t in tasks if t.domain.name in set(spec.domains)]
+            if spec.max_actions is not None:
+                tasks = [t for t in tasks if len(t.task.actions) <= spec.max_actions]
             items = [EvalItem(spec.name, t) for t in tasks]
         elif isinstance(spec, QASpec):
             qa = pool().qa

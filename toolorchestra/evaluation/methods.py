@@ -7,6 +7,7 @@ evaluation on the same tasks, tools and prices.
   compares like with like;
 - **prompted orchestrator**: the untrained base model in the same loop with the same system
   prompt, tools and prices (what training adds);
+- **SFT only** (`sft_only`): the warm-start checkpoint before GRPO, same loop (what GRPO adds);
 - **each expert alone** (`expert:<alias>`): a catalog model as a monolithic agent: it is the
   policy itself, with the domain tools and the basic (non-LLM) tools but no other model to call,
   its tokens priced at its catalog price (the paper's "basic tools" setting). The report marks the
@@ -157,6 +158,7 @@ class MethodsConfig(BaseModel):
     prompted: bool = True
     experts: list[str] | Literal["all"] = Field("all", description="catalog model aliases, `all`, or [] for none")
     random_router: bool = True
+    sft_only: bool = Field(True, description="the warm start before GRPO, when the evaluate stage has deps.warm_start")
 
 
 def build_methods(config: MethodsConfig, *, candidate: Any, champion: Any | None, champion_note: str,
