@@ -3,9 +3,11 @@
 For every LLM tool of the catalog and every model alias it routes to, the real tool runs through
 `Toolbox.call` (exactly as in the agent loop) on a seeded sample of tasks per category:
 
-- `qa_numeric`, `qa_lookup`: the tool is called with the question as the episode's task. What
-  counts as correct depends on the tool's role: `answer` / `ask` - the reply matches the gold
-  answer (`judge.judge_answer`); `reason` (`enhance_reasoning`) - the last line the expert's
+- `qa_numeric`, `qa_lookup`: the tool is called with the question as the episode's task (and its
+  `model` argument when it routes to several models). What counts as correct depends on the
+  tool's role: `answer` / `ask` / `program` / `vote` - the answer the expert delivered (the reply,
+  the program's printed answer, the vote's winner; an abstention or a failed program is wrong)
+  matches the gold answer (`judge.judge_answer`); `reason` (`enhance_reasoning`) - the last line the expert's
   program printed matches; `search` - the gold answer appears in what the search returned (a hit
   rate, since a search tool does not answer).
 - `tool_use`: the model is the policy of an `Orchestrator` episode over the domain's tools (the
@@ -142,7 +144,7 @@ def _last_output_line(observation: str) -> str:
 
 def _judge_call(role: str, observation: str, data: Any, gold: Any) -> tuple[bool, str]:
     """(correct, what was judged) for one expert call, by the tool's role."""
-    if role in ("answer", "ask"):
+    if role in ("answer", "ask", "program", "vote"):
         said = data.get("answer", observation) if isinstance(data, dict) else observation
         return judge_answer(said, gold), said
     if role == "reason":
@@ -155,8 +157,8 @@ def _judge_call(role: str, observation: str, data: Any, gold: Any) -> tuple[bool
 
 def _measure_qa(toolbox: Toolbox, entry: ToolEntry, alias: str, item: QAItem, category: Category) -> Record:
     role = entry.backend.role  # type: ignore[union-attr]
-    arguments: dict[str, Any] = {"model": alias}
     properties = toolbox.tools[entry.name].parameters.get("properties", {})
+    arguments: dict[str, Any] = {"model": alias} if "model" in properties else {}
     if "question" in properties:
         arguments["question"] = item.question
     result = toolbox.call(entry.name, arguments, EpisodeContext(task=item.question))

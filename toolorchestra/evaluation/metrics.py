@@ -49,6 +49,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from toolorchestra.agent.trajectory import model_calls
+
 Variant = Literal["plain", "instructed", "neutral"]
 
 
@@ -102,6 +104,8 @@ class Metrics(BaseModel):
 def intent_value(record: TaskRecord, key: str) -> float:
     if key.startswith("calls/"):
         return float(record.tool_calls.get(key.removeprefix("calls/"), 0))
+    if key.startswith("models/"):  # calls the model served, counted from the recorded turns
+        return float(model_calls(record.trajectory.get("turns") or []).get(key.removeprefix("models/"), 0))
     if key == "cost":
         return record.cost_usd
     if key == "latency":
