@@ -66,7 +66,7 @@ def test_stage_reports_every_method_on_identical_tasks(workspace):
         assert (report / name).is_file(), name
     document = json.loads((report / "metrics.json").read_text())
     methods = [m["name"] for m in document["methods"]]
-    assert methods == ["trained", "prompted", "expert:tiny", "random_router"]
+    assert methods == ["trained", "prompted", "expert:tiny", "random_router", "always_strongest", "cascade"]
     assert document["champion"] is None and document["weights_sha256"] and not document["train_set_known"]
     rows = read_jsonl(report / "per_task.jsonl")
     lists = {m: sorted(f"{r['key']}#{r['variant']}" for r in rows if r["method"] == m) for m in methods}
