@@ -50,8 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM, BatchLLM, Completion, Message, Usage, tools_by_row
 from toolorchestra.llm.config import LocalEngine
-from toolorchestra.llm.hermes import format_tool_call
-from toolorchestra.llm.hermes import MalformedToolCall, parse_tool_call
+from toolorchestra.llm.hermes import MalformedToolCall, format_tool_call, parse_tool_call
 from toolorchestra.tools.catalog import Catalog, ExpertBackend
 from toolorchestra.tools.experts import FINAL_ROLES
 

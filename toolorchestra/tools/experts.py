@@ -151,8 +151,8 @@ class ExpertTool(Tool):
         question = {"type": "string", "description": "what to ask; defaults to the task"}
         if parameters is not None:
             self.parameters = parameters
-        elif len(llms) == 1:
-            self.parameters = {"type": "object", "properties": {"question": question},
+        elif len(llms) == 1:  # as short as it can be: a small policy reads it every turn
+            self.parameters = {"type": "object", "properties": {"question": {"type": "string"}},
                                "additionalProperties": False}
         else:
             self.parameters = {

@@ -3,9 +3,8 @@ methods, batching by tool list, labels."""
 
 from __future__ import annotations
 
-from helpers.eval_fixtures import ScriptedLLM
-
 import pytest
+from helpers.eval_fixtures import ScriptedLLM
 
 from toolorchestra.evaluation.methods import (
     MethodsConfig,

@@ -69,6 +69,12 @@ def test_search_expert_queries_the_local_corpus(settings):
     assert result.cost_usd > 0
 
 
+def test_embedded_basic_tools_take_one_argument(settings):
+    box = toolbox_with(Expert(""), settings, ["code_interpreter", "web_search"])
+    assert box.tools["code_interpreter"].parameters["properties"] == {"code": {"type": "string"}}
+    assert box.call("web_search", {"query": "x", "max_results": 3}).error == "invalid_arguments"
+
+
 def test_code_interpreter_costs_per_call_and_second(settings):
     box = toolbox_with(Expert(""), settings, ["code_interpreter"])
     result = box.call("code_interpreter", {"code": "print(2 ** 10)"})
@@ -93,8 +99,8 @@ def test_expert_endpoint_failure_is_an_observation(settings):
 def test_single_model_experts_take_no_model_argument(settings):
     box = toolbox_with(Expert("42"), settings, ["ask_direct", "ask_program", "ask_vote"])
     for name in ("ask_direct", "ask_program", "ask_vote"):
-        assert box.tools[name].parameters == {"type": "object", "additionalProperties": False, "properties": {
-            "question": {"type": "string", "description": "what to ask; defaults to the task"}}}
+        assert box.tools[name].parameters == {"type": "object", "additionalProperties": False,
+                                              "properties": {"question": {"type": "string"}}}
     result = box.call("ask_direct", {"model": "smollm2"}, EpisodeContext(task="q"))  # nothing to get wrong
     assert result.error == "invalid_arguments"
     result = box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?"))
