@@ -13,7 +13,9 @@ For every LLM tool of the catalog and every model alias it routes to, the real t
 - `tool_use`: the model is the policy of an `Orchestrator` episode over the domain's tools (the
   paper's `call_expert` hands a tool-use turn to the expert with the tools) and succeeds when the
   ToolScale evaluation gives reward 1. This is a property of the model, so it is measured once per
-  alias and reported under every LLM tool that routes to it.
+  alias and reported under every LLM tool that routes to it; aliases with the same backend and
+  price (`smollm2-vote5` is SmolLM2 behind a voting tool) are one agent, measured once and
+  reported under each.
 
 Cost comes from catalog prices (the toolbox prices every call), latency is wall time. Calls run in
 a thread pool (LLM calls are I/O-bound); results keep the job order, so output is deterministic
@@ -237,14 +239,24 @@ def measure(
                         for item in samples[category]
                     )
     aliases = sorted({a for e in entries for a in e.backend.models})  # type: ignore[union-attr]
+    same_agent: dict[str, str] = {}  # alias -> the alias whose tool-use episodes stand for it
+    for alias in aliases:
+        model = catalog.models[alias]
+        key = (model.backend.model_dump_json(), model.price.model_dump_json())
+        same_agent[alias] = next((a for a in same_agent if a == same_agent[a] and key == (
+            catalog.models[a].backend.model_dump_json(), catalog.models[a].price.model_dump_json())), alias)
     if "tool_use" in config.categories:
         for alias in aliases:
+            if same_agent[alias] != alias:
+                continue
             jobs.extend(
                 (lambda a=alias, t=task: _measure_tool_use(llm_for(a), a, catalog, t, config))
                 for task in samples["tool_use"]
             )
     with ThreadPoolExecutor(max_workers=config.max_workers) as pool_:
         records = list(pool_.map(lambda job: job(), jobs))  # map keeps the job order: deterministic output
+    records += [r.model_copy(update={"model": alias}) for alias, agent in same_agent.items() if agent != alias
+                for r in list(records) if r.category == "tool_use" and r.model == agent]
 
     measurement = Measurement(records=records)
     for entry in entries:

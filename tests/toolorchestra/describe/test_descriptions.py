@@ -149,6 +149,17 @@ def test_the_embedded_experts_are_measured_per_category_with_n(validated, tmp_pa
     assert cascade(catalog, max_turns=3).info["route"][0] == "ask_direct:smollm2"
 
 
+def test_aliases_of_one_agent_share_their_tool_use_episodes(validated, tmp_path):
+    catalog = load_embedded_catalog()
+    doubles = {"smollm2": SmartExpert("smollm2"), "smollm2-vote5": SmartExpert("vote")}
+    _, m = _describe(catalog, load_pool(validated), tmp_path, doubles, categories=["tool_use"], tools=["ask_vote",
+                                                                                                   "ask_direct"])
+    runs = [r for r in m.records if r.category == "tool_use"]
+    assert sorted(r.model for r in runs) == ["smollm2"] * 4 + ["smollm2-vote5"] * 4
+    assert doubles["smollm2-vote5"].calls == 0  # same backend and price: its episodes were not run again
+    assert m.stats["ask_vote"]["smollm2-vote5"]["tool_use"] == m.stats["ask_direct"]["smollm2"]["tool_use"]
+
+
 def test_relocated_catalog_keeps_its_search_corpus(tmp_path):
     catalog = load_embedded_catalog()
     out_dir = tmp_path / "data" / "catalog"
