@@ -58,6 +58,9 @@ class DescribeConfig(BaseModel):
     max_tokens: int = Field(256, ge=1, le=32_768, description="policy tokens per turn in tool-use episodes")
     max_workers: int = Field(4, ge=1, le=64, description="concurrent calls (LLM calls are I/O-bound)")
     summary_examples: int = Field(6, ge=1, le=50, description="trajectories shown to the summarizer")
+    style: Literal["full", "compact"] = Field(
+        "full", description="figures in descriptions: `full` (accuracy, tokens, cost, latency per category) or "
+                            "`compact` (accuracy and n per category, cost per call: short for a small policy)")
 
 
 class Record(BaseModel):

@@ -1,5 +1,8 @@
 """The toolbox: builds a catalog's tools and runs calls safely, with timing and pricing.
 
+A single-model expert's description names its model (appended when the catalog's text does not),
+so the policy can map a model-level preference ("do not ask smollm2-vote5") to the tool.
+
 `Toolbox.call(name, arguments)` never raises for anything the model did or any tool failure: an
 unknown tool, arguments that fail the JSON schema, a `ToolError`, an LLM endpoint that fails
 after its retries, or an unexpected exception all come back as an error observation the model can
@@ -195,6 +198,9 @@ def build_toolbox(
             raise TypeError(f"unsupported backend {backend!r}")
         if entry.description:
             tool.description = entry.description
+        if isinstance(tool, ExpertTool) and tool.fixed_alias and tool.fixed_alias not in tool.description:
+            # the policy reads which model a tool asks (a "do not ask <model>" preference needs it)
+            tool.description = f"{tool.description.rstrip()} Model: {tool.fixed_alias}.".lstrip()
         if entry.parameters and not isinstance(tool, ExpertTool):
             tool.parameters = entry.parameters
         built[entry.name] = tool

@@ -149,6 +149,22 @@ def test_the_embedded_experts_are_measured_per_category_with_n(validated, tmp_pa
     assert cascade(catalog, max_turns=3).info["route"][0] == "ask_direct:smollm2"
 
 
+def test_compact_style_states_accuracy_n_and_cost_per_call_in_one_clause(expert_catalog, validated, tmp_path):
+    doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
+    full, _ = _describe(expert_catalog, load_pool(validated), tmp_path, doubles)
+    compact, _ = _describe(expert_catalog, load_pool(validated), tmp_path, doubles, style="compact")
+    text = compact.tool("answer").description
+    assert "model smart: QA numeric 100% (n=4), QA lookup 75% (n=4), tool use 100% (n=4); $" in text
+    assert "/call." in text and "tokens" not in text
+    assert len(text) < len(full.tool("answer").description) / 2
+    def counts(catalog):
+        return {a: {c: (x["n"], x["correct"]) for c, x in cats.items()}
+                for a, cats in catalog.tool("answer").stats["models"].items()}
+
+    assert counts(compact) == counts(full)  # the stats keep every figure either way
+    assert base_description(text) == "Ask an expert for the final answer."
+
+
 def test_aliases_of_one_agent_share_their_tool_use_episodes(validated, tmp_path):
     catalog = load_embedded_catalog()
     doubles = {"smollm2": SmartExpert("smollm2"), "smollm2-vote5": SmartExpert("vote")}

@@ -101,6 +101,7 @@ def test_single_model_experts_take_no_model_argument(settings):
     for name in ("ask_direct", "ask_program", "ask_vote"):
         assert box.tools[name].parameters == {"type": "object", "additionalProperties": False,
                                               "properties": {"question": {"type": "string"}}}
+    assert box.tools["ask_vote"].description.endswith("Model: smollm2-vote5.")  # the policy can tell the models apart
     result = box.call("ask_direct", {"model": "smollm2"}, EpisodeContext(task="q"))  # nothing to get wrong
     assert result.error == "invalid_arguments"
     result = box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?"))
