@@ -128,7 +128,7 @@ def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspac
     assert {"method", "benchmark", "accuracy", "cost_mean_usd", "latency_mean_s"} <= set(table.columns)
     per_task = mlflow.MlflowClient().load_table(run.info.experiment_id, "evaluation/per_task.json",
                                                 run_ids=[run.info.run_id])
-    assert len(per_task) == 4 * 2 and {"correct", "judge", "cost_usd"} <= set(per_task.columns)  # 4 methods x 2 QA
+    assert len(per_task) == 6 * 2 and {"correct", "judge", "cost_usd"} <= set(per_task.columns)  # 6 methods x 2 QA
     assert run.data.metrics["accuracy"] == ad_hoc["summary"]["trained"]["overall"]["accuracy"]
     mlflow.flush_trace_async_logging()
     traces = mlflow.MlflowClient().search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
