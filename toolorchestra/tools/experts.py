@@ -15,8 +15,9 @@ Roles (what the expert does with the task):
   line it printed is the final answer (the task ends); a program that fails or prints nothing
   ends nothing: the observation says what happened;
 - `vote`: self-consistency: `samples` answers sampled at `temperature` (one call each, seeded from
-  the prompt, so repeatable), a majority vote over normalised answers (ties: the earliest); the
-  task ends with the winner. Its usage is the sum of the real samples, so it costs ~k times an
+  the prompt, so repeatable), a majority vote over their final answers (the last number of a
+  reply when it has one, else its normalised text; ties: the earliest); the task ends with the
+  winner (its number, for a numeric one). Its usage is the sum of the real samples, so it costs ~k times an
   `answer` call;
 - `reason` (`enhance_reasoning`): the expert writes Python that the code interpreter runs; the
   code and its output come back as an observation;
@@ -91,22 +92,37 @@ def abstains(text: str) -> bool:
     return bool(_ABSTAIN.match(text.strip().strip("*_`\"' "))) or not text.strip()
 
 
-def normalise_answer(text: str) -> str:
-    """An answer as votes compare it: case, spacing, surrounding punctuation and "the answer is"
-    ignored; a number in its plain form ("42.0" -> "42").
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
-    >>> [normalise_answer(t) for t in ("The answer is 42.", " 42.0 ", "Canberra!", "1,000", "0.5")]
-    ['42', '42', 'canberra', '1000', '0.5']
+
+def final_number(text: str) -> str | None:
+    """The last number in `text` in its plain form ("17 * 23 = 391" -> "391"), None without one.
+
+    >>> [final_number(t) for t in ("17 * 23 = 391.", "1,000 apples", "3.50", "Lima")]
+    ['391', '1000', '3.5', None]
     """
-    out = " ".join(text.strip().casefold().split())
-    out = re.sub(r"^(the )?(final )?answer( is)?:?\s*", "", out).strip(" .!?:;\"'`*")
-    try:
-        value = float(out.replace(",", ""))
-    except ValueError:
-        return out
-    if not (value == value and abs(value) < 1e15):  # nan, inf, huge: keep the text
-        return out
+    found = _NUMBER.findall(text)
+    if not found:
+        return None
+    value = float(found[-1].replace(",", ""))
+    if not (abs(value) < 1e15):
+        return None
     return str(int(value)) if value.is_integer() else repr(value)
+
+
+def normalise_answer(text: str) -> str:
+    """An answer as votes compare it (self-consistency votes on the final answer, not the
+    wording): the last number when there is one ("12 + 30 = 42" -> "42"), else the text with case,
+    spacing, surrounding punctuation and "the answer is" ignored.
+
+    >>> [normalise_answer(t) for t in ("The answer is 42.", " 42.0 ", "12 + 30 = 42", "Canberra!", "1,000")]
+    ['42', '42', '42', 'canberra', '1000']
+    """
+    number = final_number(text)
+    if number is not None:
+        return number
+    out = " ".join(text.strip().casefold().split())
+    return re.sub(r"^(the )?(final )?answer( is)?:?\s*", "", out).strip(" .!?:;\"'`*")
 
 
 def extract_code(text: str) -> str | None:
@@ -222,8 +238,9 @@ class ExpertTool(Tool):
             return ToolOutput(content=f"None of the {self.samples} samples gave an answer; the task is not finished.",
                               ok=False, usage=usage, data={"final": False, "answer": "", "samples": answers})
         top = max(votes.values())
-        # Ties go to the answer sampled first.
-        answer = next(a for a in answers if not abstains(a) and votes[normalise_answer(a)] == top)
+        # Ties go to the answer sampled first; a numeric winner is delivered as its number.
+        first = next(a for a in answers if not abstains(a) and votes[normalise_answer(a)] == top)
+        answer = final_number(first) or first
         return ToolOutput(content=f"{answer} ({top}/{self.samples} samples agree)", usage=usage,
                           data={"final": True, "answer": answer, "votes": top, "samples": answers})
 

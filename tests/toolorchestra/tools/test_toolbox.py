@@ -129,10 +129,10 @@ def test_a_program_that_fails_or_prints_nothing_does_not_end_the_task(settings, 
 
 
 def test_vote_expert_samples_k_answers_and_takes_the_majority(settings):
-    expert = Expert(["41", "The answer is 42.", "42", "I don't know", "42.0"])
+    expert = Expert(["41", "6 * 7 = 42.", "42", "I don't know", "42.0"])
     box = toolbox_with(expert, settings, ["ask_vote"])
     result = box.call("ask_vote", {}, EpisodeContext(task="What is 6 * 7?"))
-    assert result.ok and result.data["final"] and result.data["answer"] == "The answer is 42."  # first of the winners
+    assert result.ok and result.data["final"] and result.data["answer"] == "42"  # votes on the final number
     assert result.data["votes"] == 3 and "3/5" in result.observation
     # five real samples, each seeded differently at the catalog's temperature, billed under the vote alias
     assert len(expert.calls) == 5 and {c["temperature"] for c in expert.calls} == {0.7}
@@ -140,9 +140,15 @@ def test_vote_expert_samples_k_answers_and_takes_the_majority(settings):
     assert result.usage == {"smollm2-vote5": Usage(prompt_tokens=5000, completion_tokens=500)}
     assert result.cost_usd == pytest.approx(5 * 1100 * 0.02 / 1e6)
     # the same prompt samples the same seeds again: repeatable
-    again = Expert(["41", "The answer is 42.", "42", "I don't know", "42.0"])
+    again = Expert(["41", "6 * 7 = 42.", "42", "I don't know", "42.0"])
     toolbox_with(again, settings, ["ask_vote"]).call("ask_vote", {}, EpisodeContext(task="What is 6 * 7?"))
     assert [c["seed"] for c in again.calls] == [c["seed"] for c in expert.calls]
+
+
+def test_a_text_vote_delivers_the_first_winning_reply(settings):
+    box = toolbox_with(Expert(["Lima.", "It is Cusco", "lima", "Lima!", "Cusco"]), settings, ["ask_vote"])
+    result = box.call("ask_vote", {}, EpisodeContext(task="What is the capital of Peru?"))
+    assert result.data["answer"] == "Lima." and result.data["votes"] == 3
 
 
 def test_vote_cost_bound_counts_every_sample(settings):
