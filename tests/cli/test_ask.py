@@ -30,7 +30,7 @@ def test_broken_catalog_is_one_line_exit_2(tmp_path):
 
 
 def test_unknown_policy_is_a_clear_error():
-    result = orchestra("ask", "hi", "--policy", "nonexistent-model", "--tools", "answer")
+    result = orchestra("ask", "hi", "--policy", "nonexistent-model", "--tools", "ask_direct")
     assert result.returncode == 2 and "neither a catalog model alias" in result.stderr
 
 

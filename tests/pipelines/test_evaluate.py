@@ -66,7 +66,7 @@ def test_stage_reports_every_method_on_identical_tasks(workspace):
         assert (report / name).is_file(), name
     document = json.loads((report / "metrics.json").read_text())
     methods = [m["name"] for m in document["methods"]]
-    assert methods == ["trained", "prompted", "expert:tiny", "random_router"]
+    assert methods == ["trained", "prompted", "expert:tiny", "random_router", "always_strongest", "cascade"]
     assert document["champion"] is None and document["weights_sha256"] and not document["train_set_known"]
     rows = read_jsonl(report / "per_task.jsonl")
     lists = {m: sorted(f"{r['key']}#{r['variant']}" for r in rows if r["method"] == m) for m in methods}
@@ -128,7 +128,7 @@ def test_cli_bench_and_model_overrides_write_beside_the_pipeline_output(workspac
     assert {"method", "benchmark", "accuracy", "cost_mean_usd", "latency_mean_s"} <= set(table.columns)
     per_task = mlflow.MlflowClient().load_table(run.info.experiment_id, "evaluation/per_task.json",
                                                 run_ids=[run.info.run_id])
-    assert len(per_task) == 4 * 2 and {"correct", "judge", "cost_usd"} <= set(per_task.columns)  # 4 methods x 2 QA
+    assert len(per_task) == 6 * 2 and {"correct", "judge", "cost_usd"} <= set(per_task.columns)  # 6 methods x 2 QA
     assert run.data.metrics["accuracy"] == ad_hoc["summary"]["trained"]["overall"]["accuracy"]
     mlflow.flush_trace_async_logging()
     traces = mlflow.MlflowClient().search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,

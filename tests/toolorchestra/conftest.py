@@ -48,10 +48,17 @@ def rl_tasks(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def answer_catalog():
-    """The embedded catalog reduced to its `answer` expert (SmolLM2 alias, replaced by a script)."""
+    """The embedded catalog's models with one paper-style `answer` expert: the SmolLM2 alias
+    (replaced by a script), named by an explicit `model` argument."""
     from toolorchestra.tools.catalog import load_embedded_catalog
 
-    return load_embedded_catalog().subset(["answer"])
+    catalog = load_embedded_catalog()
+    answer = catalog.tool("ask_direct").model_copy(update={
+        "name": "answer", "description": "Ask an expert model for the final answer. Ends the task.",
+        "parameters": {"type": "object", "additionalProperties": False, "required": ["model"], "properties": {
+            "model": {"type": "string", "enum": ["smollm2"], "description": "which expert to ask"},
+            "question": {"type": "string", "description": "what to ask; defaults to the task"}}}})
+    return catalog.model_copy(update={"tools": [answer]})
 
 
 @pytest.fixture(scope="session")

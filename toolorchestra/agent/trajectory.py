@@ -35,6 +35,17 @@ class Turn(BaseModel):
     tool_started_at: float | None = Field(None, description="Unix time the tool call started (traces)")
 
 
+def model_calls(turns: list[Turn] | list[dict[str, Any]]) -> dict[str, int]:
+    """Calls served per model alias in these turns (`Turn`s, or their JSON dumps as evaluation
+    records store them): one per turn whose `tool_usage` names the alias."""
+    counts: dict[str, int] = {}
+    for turn in turns:
+        usage = turn.get("tool_usage") if isinstance(turn, dict) else turn.tool_usage
+        for alias in usage or {}:
+            counts[alias] = counts.get(alias, 0) + 1
+    return counts
+
+
 class Trajectory(BaseModel):
     task: str
     preference: str | None = None
@@ -73,13 +84,20 @@ class Trajectory(BaseModel):
         return counts
 
     @property
+    def model_calls(self) -> dict[str, int]:
+        """Calls each expert model served, by catalog alias: the turns whose tool used its tokens
+        (a vote expert's k samples are one call; the policy's own generations are not counted)."""
+        return model_calls(self.turns)
+
+    @property
     def format_valid(self) -> bool:
         """Every turn was a well-formed call or a plain final message."""
         return all(t.error != "malformed_call" for t in self.turns) and self.stop_reason != "policy_error"
 
     def metrics(self) -> dict[str, float]:
-        """The per-rollout metrics the reward reads: `calls/<tool>`, `cost`, `latency`."""
+        """The per-rollout metrics the reward reads: `calls/<tool>`, `models/<alias>`, `cost`, `latency`."""
         out: dict[str, float] = {f"calls/{name}": float(n) for name, n in self.tool_calls.items()}
+        out.update({f"models/{alias}": float(n) for alias, n in self.model_calls.items()})
         out["cost"] = self.cost_usd
         out["latency"] = self.latency_s
         return out
@@ -109,6 +127,7 @@ class Trajectory(BaseModel):
                 for t in self.turns
             ],
             "tool_calls": self.tool_calls,
+            "model_calls": self.model_calls,
             "cost_usd": self.cost_usd,
             "latency_s": self.latency_s,
             "tokens": {k: v.model_dump() for k, v in self.tokens.items()},

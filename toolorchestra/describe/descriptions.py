@@ -10,6 +10,11 @@ recorded trajectories, is appended. The figures also go into the tool entry's `s
 tools are left as they are. Re-describing an already described catalog starts from the original
 text (everything from `MARKER` on is regenerated).
 
+With `style: compact` each model gets one short clause instead ("model smollm2: QA numeric 75%
+(n=4), tool use 0% (n=2); $0.0000031/call"): accuracy and n per category and the mean cost of a
+call, which is what routing needs, at about a third of the tokens; a small policy reads every
+description on every turn.
+
 Departure from the paper: its released code ships hand-written descriptions; the paper derives
 them from trajectories with an LLM. Here the figures are always measured and stated; the LLM
 summary is optional (a 135M local model writes poor summaries, so it is off by default).
@@ -30,7 +35,7 @@ from toolorchestra.tools.catalog import Catalog, LocalSearchBackend
 
 MARKER = "Measured on sampled tasks"
 """Start of the generated part of a description; text from here on is replaced on a re-run."""
-_CATEGORY_NAMES = {"qa_numeric": "QA numeric", "qa_lookup": "QA lookup", "tool_use": "tool use"}
+_CATEGORY_NAMES = {"qa_arithmetic": "QA arithmetic", "qa_numeric": "QA numeric", "qa_lookup": "QA lookup", "tool_use": "tool use"}
 
 
 # ------------------------------------------------------------------------------ summaries
@@ -122,20 +127,32 @@ def base_description(text: str) -> str:
     return head.strip()
 
 
+def _compact(categories: dict[str, CategoryStats]) -> str:
+    """'QA numeric 75% (n=4), tool use 0% (n=2); $0.0000031/call' (cost: the QA calls' mean)."""
+    shares = ", ".join(f"{_CATEGORY_NAMES[c]} {round(100 * s.accuracy)}% (n={s.n})" for c, s in categories.items())
+    calls = [s for c, s in categories.items() if c != "tool_use"]
+    if not calls:
+        return shares
+    cost = math.fsum(s.mean_cost_usd * s.n for s in calls) / max(1, sum(s.n for s in calls))
+    return f"{shares}; {format_usd(cost)}/call"
+
+
 def tool_description(base: str, per_model: dict[str, dict[str, CategoryStats]],
-                     summaries: dict[str, str]) -> str:
+                     summaries: dict[str, str], style: str = "full") -> str:
     parts = [base.rstrip(".") + "." if base else ""]
     sentences = []
     for alias, categories in per_model.items():
         if not categories:
             continue
-        figures = "; ".join(_figures(c, s) for c, s in categories.items())
+        figures = _compact(categories) if style == "compact" else "; ".join(
+            _figures(c, s) for c, s in categories.items())
         sentence = f"model {alias}: {figures}."
         if summaries.get(alias):
             sentence += f" Observed: {summaries[alias]}"
         sentences.append(sentence)
     if sentences:
-        parts.append(f"{MARKER} (describe stage): " + " ".join(sentences))
+        parts.append(f"{MARKER}: " + " ".join(sentences) if style == "compact"
+                     else f"{MARKER} (describe stage): " + " ".join(sentences))
     return " ".join(p for p in parts if p).strip()
 
 
@@ -175,7 +192,7 @@ def apply_measurement(catalog: Catalog, measurement: Measurement, config: Descri
         if summaries:
             stats["summaries"] = summaries
         tools.append(entry.model_copy(update={
-            "description": tool_description(base, per_model, summaries), "stats": stats}))
+            "description": tool_description(base, per_model, summaries, config.style), "stats": stats}))
     models = {}
     for alias, model in catalog.models.items():
         text = model_description(base_description(model.description), alias, measurement)

@@ -3,15 +3,19 @@
 For every LLM tool of the catalog and every model alias it routes to, the real tool runs through
 `Toolbox.call` (exactly as in the agent loop) on a seeded sample of tasks per category:
 
-- `qa_numeric`, `qa_lookup`: the tool is called with the question as the episode's task. What
-  counts as correct depends on the tool's role: `answer` / `ask` - the reply matches the gold
-  answer (`judge.judge_answer`); `reason` (`enhance_reasoning`) - the last line the expert's
+- `qa_numeric`, `qa_lookup`: the tool is called with the question as the episode's task (and its
+  `model` argument when it routes to several models). What counts as correct depends on the
+  tool's role: `answer` / `ask` / `program` / `vote` - the answer the expert delivered (the reply,
+  the program's printed answer, the vote's winner; an abstention or a failed program is wrong)
+  matches the gold answer (`judge.judge_answer`); `reason` (`enhance_reasoning`) - the last line the expert's
   program printed matches; `search` - the gold answer appears in what the search returned (a hit
   rate, since a search tool does not answer).
 - `tool_use`: the model is the policy of an `Orchestrator` episode over the domain's tools (the
   paper's `call_expert` hands a tool-use turn to the expert with the tools) and succeeds when the
   ToolScale evaluation gives reward 1. This is a property of the model, so it is measured once per
-  alias and reported under every LLM tool that routes to it.
+  alias and reported under every LLM tool that routes to it; aliases with the same backend and
+  price (`smollm2-vote5` is SmolLM2 behind a voting tool) are one agent, measured once and
+  reported under each.
 
 Cost comes from catalog prices (the toolbox prices every call), latency is wall time. Calls run in
 a thread pool (LLM calls are I/O-bound); results keep the job order, so output is deterministic
@@ -54,6 +58,9 @@ class DescribeConfig(BaseModel):
     max_tokens: int = Field(256, ge=1, le=32_768, description="policy tokens per turn in tool-use episodes")
     max_workers: int = Field(4, ge=1, le=64, description="concurrent calls (LLM calls are I/O-bound)")
     summary_examples: int = Field(6, ge=1, le=50, description="trajectories shown to the summarizer")
+    style: Literal["full", "compact"] = Field(
+        "full", description="figures in descriptions: `full` (accuracy, tokens, cost, latency per category) or "
+                            "`compact` (accuracy and n per category, cost per call: short for a small policy)")
 
 
 class Record(BaseModel):
@@ -142,7 +149,7 @@ def _last_output_line(observation: str) -> str:
 
 def _judge_call(role: str, observation: str, data: Any, gold: Any) -> tuple[bool, str]:
     """(correct, what was judged) for one expert call, by the tool's role."""
-    if role in ("answer", "ask"):
+    if role in ("answer", "ask", "program", "vote"):
         said = data.get("answer", observation) if isinstance(data, dict) else observation
         return judge_answer(said, gold), said
     if role == "reason":
@@ -155,8 +162,8 @@ def _judge_call(role: str, observation: str, data: Any, gold: Any) -> tuple[bool
 
 def _measure_qa(toolbox: Toolbox, entry: ToolEntry, alias: str, item: QAItem, category: Category) -> Record:
     role = entry.backend.role  # type: ignore[union-attr]
-    arguments: dict[str, Any] = {"model": alias}
     properties = toolbox.tools[entry.name].parameters.get("properties", {})
+    arguments: dict[str, Any] = {"model": alias} if "model" in properties else {}
     if "question" in properties:
         arguments["question"] = item.question
     result = toolbox.call(entry.name, arguments, EpisodeContext(task=item.question))
@@ -228,21 +235,31 @@ def measure(
     jobs: list[Callable[[], Record]] = []
     for entry in entries:
         for alias in entry.backend.models:  # type: ignore[union-attr]
-            for category in ("qa_numeric", "qa_lookup"):
+            for category in ("qa_arithmetic", "qa_numeric", "qa_lookup"):
                 if category in config.categories:
                     jobs.extend(
                         (lambda e=entry, a=alias, i=item, c=category: _measure_qa(toolbox, e, a, i, c))
                         for item in samples[category]
                     )
     aliases = sorted({a for e in entries for a in e.backend.models})  # type: ignore[union-attr]
+    same_agent: dict[str, str] = {}  # alias -> the alias whose tool-use episodes stand for it
+    for alias in aliases:
+        model = catalog.models[alias]
+        key = (model.backend.model_dump_json(), model.price.model_dump_json())
+        same_agent[alias] = next((a for a in same_agent if a == same_agent[a] and key == (
+            catalog.models[a].backend.model_dump_json(), catalog.models[a].price.model_dump_json())), alias)
     if "tool_use" in config.categories:
         for alias in aliases:
+            if same_agent[alias] != alias:
+                continue
             jobs.extend(
                 (lambda a=alias, t=task: _measure_tool_use(llm_for(a), a, catalog, t, config))
                 for task in samples["tool_use"]
             )
     with ThreadPoolExecutor(max_workers=config.max_workers) as pool_:
         records = list(pool_.map(lambda job: job(), jobs))  # map keeps the job order: deterministic output
+    records += [r.model_copy(update={"model": alias}) for alias, agent in same_agent.items() if agent != alias
+                for r in list(records) if r.category == "tool_use" and r.model == agent]
 
     measurement = Measurement(records=records)
     for entry in entries:

@@ -311,7 +311,7 @@ class RolloutEnvironment:
             # The key values alone retrieve the record more often than the whole question
             # (48% vs 35% top-1 with MiniLM on the demo's lookups).
             query = " ".join(keys) or instance.question
-            return self._replay(instance, [(SEARCH_TOOL, {"query": query, "top_k": 1})], read_off)
+            return self._replay(instance, [(SEARCH_TOOL, {"query": query})], read_off)
         return None
 
     def _replay(self, instance: Instance, calls: list[tuple[str, dict[str, Any]]],

@@ -14,6 +14,7 @@ key            raw value                                             orientation
 ============== ===================================================== ==================
 ``accuracy``   1.0 if the rollout is correct, else 0.0               higher is better
 ``calls/T``    number of calls to tool ``T`` (missing key -> 0)       as recorded
+``models/M``   calls served by expert model ``M`` (missing key -> 0)  as recorded
 ``cost``       USD spent by the rollout (required)                    negated
 ``latency``    seconds taken by the rollout (required)                negated
 ============== ===================================================== ==================
@@ -39,6 +40,7 @@ key          absolute                       relative     why
 ``cost``     1e-9 USD                       1%           an episode costs ~1e-5..1e-2 USD here
 ``latency``  0.01 s                         1%           CPU timing jitter is milliseconds
 ``calls/*``  0 (counts are exact)           0            one call more is a real difference
+``models/*`` (the ``calls`` band)           (counts)     likewise: a count of calls
 ``accuracy`` none (0 or 1)                  none
 ============ ============================== ============ =====================================
 
@@ -141,9 +143,12 @@ ACCURACY = "accuracy"
 COST = "cost"
 LATENCY = "latency"
 CALLS_PREFIX = "calls/"
+MODELS_PREFIX = "models/"
+COUNT_PREFIXES = (CALLS_PREFIX, MODELS_PREFIX)
+"""Count keys: `calls/<tool>` and `models/<alias>` (0 when missing, the `calls` dead band)."""
 # Lower is better for these: their values are negated before normalising.
 _NEGATED = frozenset({COST, LATENCY})
-_ACCEPTED_FORMS = "'accuracy', 'cost', 'latency' or 'calls/<tool name>'"
+_ACCEPTED_FORMS = "'accuracy', 'cost', 'latency', 'calls/<tool name>' or 'models/<model alias>'"
 # Added to the std so a spread just above min_std cannot blow the advantage up (as in GRPO).
 _STD_EPS = 1e-6
 
@@ -177,7 +182,7 @@ class DeadBand:
                 raise RewardInputError(f"dead band {name} must be >= 0, got {value}")
 
 
-# Keys of a dead-band mapping: `calls` covers every `calls/<tool>`.
+# Keys of a dead-band mapping: `calls` covers every `calls/<tool>` and `models/<alias>` (counts).
 CALLS = "calls"
 DEAD_BAND_KEYS = (COST, LATENCY, CALLS)
 DEFAULT_DEAD_BAND: Mapping[str, DeadBand] = {
@@ -200,7 +205,7 @@ def check_preference(preference: Mapping[str, float]) -> dict[str, float]:
     unknown = []
     for key, weight in preference.items():
         known = key in (ACCURACY, COST, LATENCY) or (
-            isinstance(key, str) and key.startswith(CALLS_PREFIX) and len(key) > len(CALLS_PREFIX)
+            isinstance(key, str) and any(key.startswith(p) and len(key) > len(p) for p in COUNT_PREFIXES)
         )
         if not known:
             unknown.append(key)
@@ -238,12 +243,12 @@ def _raw_values(
     for i, row in enumerate(metrics):
         if key in row:
             value = _as_finite(row[key], f"metrics[{i}][{key!r}]")
-        elif key.startswith(CALLS_PREFIX):
-            value = 0.0  # a tool the rollout never called
+        elif key.startswith(COUNT_PREFIXES):
+            value = 0.0  # a tool (or model) the rollout never called
         else:
             raise RewardInputError(
                 f"metrics[{i}] has no {key!r} value; every rollout must record {key!r} when the "
-                f"preference weights it (only 'calls/<tool>' defaults to 0)"
+                f"preference weights it (only 'calls/<tool>' and 'models/<alias>' default to 0)"
             )
         values.append(-value if key in _NEGATED else value)
     return values
@@ -263,7 +268,7 @@ def _check_dead_band(dead_band: Mapping[str, DeadBand] | None) -> Mapping[str, D
 
 
 def _band_of(key: str, dead_band: Mapping[str, DeadBand]) -> DeadBand | None:
-    if key.startswith(CALLS_PREFIX):
+    if key.startswith(COUNT_PREFIXES):
         return dead_band.get(CALLS)
     return dead_band.get(key)  # accuracy has none: it is 0 or 1
 
@@ -294,11 +299,11 @@ def group_rewards(
     """Rewards of one group of rollouts of the same task (see the module docstring).
 
     Args:
-        metrics: one mapping per rollout with keys such as ``calls/<tool>``, ``cost`` (USD) and
-            ``latency`` (seconds). Only the keys that ``preference`` names are read.
+        metrics: one mapping per rollout with keys such as ``calls/<tool>``, ``models/<alias>``,
+            ``cost`` (USD) and ``latency`` (seconds). Only the keys that ``preference`` names are read.
         correct: one outcome per rollout.
-        preference: weight per key; keys are ``accuracy``, ``cost``, ``latency`` or
-            ``calls/<tool>``. Weights may be negative (an avoided tool).
+        preference: weight per key; keys are ``accuracy``, ``cost``, ``latency``,
+            ``calls/<tool>`` or ``models/<alias>``. Weights may be negative (an avoided tool or model).
         dead_band: per key family (``cost``, ``latency``, ``calls``), the range under which a
             metric counts as constant; ``None``: ``DEFAULT_DEAD_BAND``, ``NO_DEAD_BAND``: exact.
 

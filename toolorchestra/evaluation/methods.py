@@ -12,17 +12,35 @@ evaluation on the same tasks, tools and prices.
   policy itself, with the domain tools and the basic (non-LLM) tools but no other model to call,
   its tokens priced at its catalog price (the paper's "basic tools" setting). The report marks the
   strongest (best accuracy) and the cheapest (lowest mean cost) of them;
+  Aliases with the same backend (e.g. `smollm2-vote5`, SmolLM2 behind a voting tool) would be the
+  same monolithic agent, so only the first of them (by name) gets a method;
 - **random router**: at every turn it calls one of the offered LLM tools chosen uniformly at random
-  with a model drawn uniformly from that tool's models, so the task goes to random experts; on the
-  last allowed turn it calls an answer tool when one is offered. Seeded by the task, so repeatable.
-  It routes the way an orchestrator can, without learning: the floor that routing must beat. It
-  never calls domain tools (it cannot fill their arguments), so it solves tool-use tasks only
-  when nothing has to be done in the database.
+  with a model drawn uniformly from that tool's models (tools without a `model` argument ask
+  their one model), so the task goes to random experts; on the last allowed turn it calls a tool
+  that can end the task (an `answer`, `program` or `vote` expert) when one is offered. Seeded by
+  the task, so repeatable. It routes the way an orchestrator can, without learning: the floor
+  that routing must beat. It never calls domain tools (it cannot fill their arguments), so it
+  solves tool-use tasks only when nothing has to be done in the database;
+- **always strongest** (`always_strongest`): on the first turn it calls the strongest expert (an
+  (expert tool, model) that can end the task): the best measured QA accuracy in the tool's
+  describe-stage `stats` (correct / n pooled over the accuracy categories), else, with nothing
+  measured, the highest price per call. If that call does not end the task it stops with a
+  plain "no answer" message;
+- **cascade**: cheapest expert first (measured mean cost per call, else the nominal price of a
+  call); whenever it is asked for another turn (the last expert abstained, its program failed or
+  printed nothing, or the call failed) it escalates to the next pricier expert not yet asked, and
+  stops when none is left (within the episode's `max_turns`).
+
+Both fixed routes see only the offered tools; a strongest or cheapest expert the method is not
+offered is skipped. The price of an (expert tool, model) without measurements is the tool's
+per-call price plus `samples` x (`NOMINAL_PROMPT_TOKENS` + `max_tokens`) tokens at the model's
+catalog price, so a 5-sample vote prices at about 5 direct answers.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,10 +51,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM, BatchLLM, Completion, Message, Usage, tools_by_row
 from toolorchestra.llm.config import LocalEngine
-from toolorchestra.llm.hermes import format_tool_call
+from toolorchestra.llm.hermes import MalformedToolCall, format_tool_call, parse_tool_call
 from toolorchestra.tools.catalog import Catalog, ExpertBackend
+from toolorchestra.tools.experts import FINAL_ROLES
 
-Role = Literal["candidate", "champion", "orchestrator", "expert", "random"]
+Role = Literal["candidate", "champion", "orchestrator", "expert", "random", "fixed"]
+NOMINAL_PROMPT_TOKENS = 256
+"""Prompt tokens assumed for an unmeasured expert call when ranking experts by price."""
 
 
 @dataclass
@@ -66,9 +87,17 @@ def orchestrator(name: str, policy: LLM, *, policy_alias: str | None, role: Role
 
 
 def expert_aliases(catalog: Catalog) -> list[str]:
-    """The catalog's expert models: those an LLM tool routes to (all models when no tool does)."""
+    """The catalog's expert models: those an LLM tool routes to (all models when no tool does),
+    one per distinct backend (the first by name)."""
     used = sorted({a for t in catalog.tools if isinstance(t.backend, ExpertBackend) for a in t.backend.models})
-    return used or sorted(catalog.models)
+    seen: set[str] = set()
+    out = []
+    for alias in used or sorted(catalog.models):
+        backend = catalog.models[alias].backend.model_dump_json()
+        if backend not in seen:
+            seen.add(backend)
+            out.append(alias)
+    return out
 
 
 def expert_methods(catalog: Catalog, llm_for: Any, aliases: list[str] | None = None) -> list[Method]:
@@ -89,6 +118,75 @@ def random_router(catalog: Catalog, *, seed: int, max_turns: int) -> Method:
     policy = RandomRouterPolicy(catalog, seed=seed, max_turns=max_turns)
     return Method(name="random_router", role="random", policy=policy, policy_alias=None, tools="all",
                   description="uniformly random LLM tool and model each turn")
+
+
+@dataclass(frozen=True)
+class ExpertChoice:
+    """One (expert tool, model) a fixed route can call, with what ranks it."""
+
+    tool: str
+    alias: str
+    accuracy: float | None
+    """Measured QA accuracy (describe stage), None when unmeasured."""
+    n: int
+    price: float
+    """USD per call: measured mean, else nominal (module docstring)."""
+
+
+def expert_choices(catalog: Catalog) -> list[ExpertChoice]:
+    """Every (tool, model) of an expert tool that can end the task, in catalog order."""
+    out = []
+    for entry in catalog.tools:
+        backend = entry.backend
+        if not isinstance(backend, ExpertBackend) or backend.role not in FINAL_ROLES:
+            continue
+        measured = entry.stats.get("models", {}) if isinstance(entry.stats, dict) else {}
+        for alias in backend.models:
+            rows = [s for s in (measured.get(alias) or {}).values()
+                    if isinstance(s, dict) and s.get("metric") == "accuracy" and s.get("n")]
+            n = sum(int(s["n"]) for s in rows)
+            accuracy = sum(int(s["correct"]) for s in rows) / n if n else None
+            if n:
+                price = sum(float(s["mean_cost_usd"]) * int(s["n"]) for s in rows) / n
+            else:
+                tokens = Usage(prompt_tokens=NOMINAL_PROMPT_TOKENS * backend.samples_per_call,
+                                completion_tokens=backend.max_tokens * backend.samples_per_call)
+                price = entry.price.per_call + catalog.models[alias].price.tokens_cost(tokens)
+            out.append(ExpertChoice(tool=entry.name, alias=alias, accuracy=accuracy, n=n, price=price))
+    return out
+
+
+def strongest_expert(choices: list[ExpertChoice]) -> ExpertChoice | None:
+    """Best measured accuracy (pricier on ties: more compute), else the highest price."""
+    measured = [c for c in choices if c.accuracy is not None]
+    if measured:
+        return max(measured, key=lambda c: (c.accuracy, c.price))
+    return max(choices, key=lambda c: c.price, default=None)
+
+
+def cascade_order(choices: list[ExpertChoice]) -> list[ExpertChoice]:
+    """Cheapest first (catalog order on ties)."""
+    return sorted(choices, key=lambda c: c.price)
+
+
+def always_strongest(catalog: Catalog) -> Method:
+    best = strongest_expert(expert_choices(catalog))
+    route = [best] if best is not None else []
+    basis = "no expert tool" if best is None else (
+        f"{best.tool} ({best.alias}): " + (f"measured accuracy {best.accuracy:.2f} on n={best.n}"
+                                           if best.accuracy is not None else "the highest price (unmeasured)"))
+    return Method(name="always_strongest", role="fixed", policy=FixedRoutePolicy(route, name="always-strongest"),
+                  policy_alias=None, tools="all", description=f"always the strongest expert: {basis}",
+                  info={"route": [f"{c.tool}:{c.alias}" for c in route]})
+
+
+def cascade(catalog: Catalog, *, max_turns: int) -> Method:
+    route = cascade_order(expert_choices(catalog))[:max_turns]
+    return Method(name="cascade", role="fixed", policy=FixedRoutePolicy(route, name="cascade", escalate=True),
+                  policy_alias=None, tools="all",
+                  description="cheapest expert first, escalating when it gives no answer: "
+                              + " -> ".join(c.tool for c in route),
+                  info={"route": [f"{c.tool}:{c.alias}" for c in route]})
 
 
 def mark_extremes(summary: dict[str, dict[str, Any]], methods: list[Method]) -> dict[str, list[str]]:
@@ -116,6 +214,7 @@ class RandomRouterPolicy(BatchLLM):
         self.model = "random-router"
         self.seed, self.max_turns = seed, max_turns
         self.roles = {t.name: t.backend.role for t in catalog.tools if isinstance(t.backend, ExpertBackend)}
+        self.final = {name for name, role in self.roles.items() if role in FINAL_ROLES}
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:
@@ -131,7 +230,7 @@ class RandomRouterPolicy(BatchLLM):
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         digest = hashlib.sha256(task.encode()).hexdigest()[:16]
         rng = random.Random(f"{self.seed}:{digest}:{turn}")
-        answers = [f for f in offered if self.roles[f["name"]] == "answer"]
+        answers = [f for f in offered if f["name"] in self.final]
         pool = answers if answers and turn >= self.max_turns - 1 else offered
         function = rng.choice(pool)
         properties = (function.get("parameters") or {}).get("properties") or {}
@@ -143,6 +242,66 @@ class RandomRouterPolicy(BatchLLM):
             arguments["question"] = task
         return Completion(text=format_tool_call(function["name"], arguments), usage=Usage(), model=self.model,
                           finish_reason="stop")
+
+
+def _called(messages: list[Message]) -> list[tuple[str, Any]]:
+    """(tool, model argument) of every call the assistant turns made so far."""
+    out = []
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        structured = message.get("tool_calls") or []
+        if structured:
+            function = structured[0].get("function", {})
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            out.append((function.get("name"), arguments.get("model") if isinstance(arguments, dict) else None))
+            continue
+        try:
+            call = parse_tool_call(str(message.get("content") or ""))
+        except MalformedToolCall:
+            call = None
+        if call is not None:
+            out.append((call.name, call.arguments.get("model")))
+    return out
+
+
+class FixedRoutePolicy(BatchLLM):
+    """A fixed route over experts as a policy (`always_strongest`, `cascade`): it writes one Hermes
+    call per turn, to the first expert of `route` not yet asked (with `escalate`), or only on the
+    first turn; then a plain message that it has no answer."""
+
+    GIVE_UP = "No expert gave an answer."
+
+    def __init__(self, route: list[ExpertChoice], *, name: str, escalate: bool = False) -> None:
+        self.model, self.route, self.escalate = name, list(route), escalate
+
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
+                   seed=None) -> list[Completion]:
+        row_tools = tools_by_row(batch, tools, tools_per_row)
+        return [self._next(messages, specs or []) for messages, specs in zip(batch, row_tools, strict=True)]
+
+    def _next(self, messages: list[Message], specs: list[dict[str, Any]]) -> Completion:
+        offered = {s["function"]["name"]: s["function"] for s in specs if s.get("function", {}).get("name")}
+        called = _called(messages)
+        if called and not self.escalate:
+            return Completion(text=self.GIVE_UP, model=self.model, finish_reason="stop")
+        for choice in self.route:
+            function = offered.get(choice.tool)
+            if function is None:
+                continue
+            parameters = function.get("parameters") or {}
+            has_model = "model" in (parameters.get("properties") or {})
+            if (choice.tool, choice.alias if has_model else None) in called:
+                continue
+            arguments: dict[str, Any] = {"model": choice.alias} if has_model else {}
+            if "question" in (parameters.get("required") or []):
+                arguments["question"] = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+            return Completion(text=format_tool_call(choice.tool, arguments), usage=Usage(), model=self.model,
+                              finish_reason="stop")
+        return Completion(text=self.GIVE_UP, model=self.model, finish_reason="stop")
 
 
 CANDIDATE, CHAMPION = "trained", "champion"
@@ -158,6 +317,8 @@ class MethodsConfig(BaseModel):
     prompted: bool = True
     experts: list[str] | Literal["all"] = Field("all", description="catalog model aliases, `all`, or [] for none")
     random_router: bool = True
+    always_strongest: bool = True
+    cascade: bool = True
     sft_only: bool = Field(True, description="the warm start before GRPO, when the evaluate stage has deps.warm_start")
 
 
@@ -197,4 +358,13 @@ def build_methods(config: MethodsConfig, *, candidate: Any, champion: Any | None
         out.extend(expert_methods(catalog, llm_for, chosen))
     if config.random_router:
         out.append(random_router(catalog, seed=seed, max_turns=max_turns))
+    if config.always_strongest or config.cascade:
+        if not expert_choices(catalog):
+            notes.append("the catalog has no expert tool that can end the task: always_strongest and cascade "
+                         "were skipped")
+        else:
+            if config.always_strongest:
+                out.append(always_strongest(catalog))
+            if config.cascade:
+                out.append(cascade(catalog, max_turns=max_turns))
     return out, champion_info, notes

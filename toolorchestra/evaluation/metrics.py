@@ -62,6 +62,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from toolorchestra.agent.trajectory import model_calls
+
 Variant = Literal["plain", "instructed", "neutral"]
 
 
@@ -153,6 +155,8 @@ class Metrics(BaseModel):
 def intent_value(record: TaskRecord, key: str) -> float:
     if key.startswith("calls/"):
         return float(record.tool_calls.get(key.removeprefix("calls/"), 0))
+    if key.startswith("models/"):  # calls the model served, counted from the recorded turns
+        return float(model_calls(record.trajectory.get("turns") or []).get(key.removeprefix("models/"), 0))
     if key == "cost":
         return record.cost_usd
     if key == "latency":
@@ -214,15 +218,6 @@ def adherence_checks(records: list[TaskRecord], *, margin: float = 0.05) -> list
     return rows
 
 
-def model_calls(record: TaskRecord) -> Counter[str]:
-    """Calls of one episode per expert model: each turn whose tool spent tokens of alias M (the
-    turn's `tool_usage`, as the trajectory records it) counts one call of M."""
-    counts: Counter[str] = Counter()
-    for turn in record.trajectory.get("turns") or []:
-        counts.update(list(turn.get("tool_usage") or {}))  # the aliases, not their token counts
-    return counts
-
-
 def _shares(counts: Counter[str]) -> dict[str, float]:
     total = sum(counts.values())
     return {k: v / total for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))} if total else {}
@@ -237,7 +232,7 @@ def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics
     model_counts: Counter[str] = Counter()
     for r in scored:
         tool_counts.update(r.tool_calls)
-        model_counts.update(model_calls(r))
+        model_counts.update(model_calls(r.trajectory.get("turns") or []))
     low, high = wilson_interval(correct, n)
     out = Metrics(
         n=n,

@@ -149,7 +149,8 @@ def build_preferences(catalog: Catalog, pool: TaskPool, config: PreferencesConfi
                                                  verifier=verifier)
     if not rows:
         raise OrchestraError("no preference pairs were generated: enable grammar kinds or check the LLM report")
-    suite = validate_pair_rows(rows, [t.name for t in catalog.tools], kinds=[*KINDS, "mixed"])
+    suite = validate_pair_rows(rows, [t.name for t in catalog.tools], kinds=[*KINDS, "mixed"],
+                               models=list(catalog.models))
     raise_on_failure(suite)
     pairs = [PreferencePair.model_validate(r) for r in rows]
     problems = check_directions(pairs)

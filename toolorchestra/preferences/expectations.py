@@ -6,11 +6,11 @@ file, before any model validation, so a broken row is reported rather than rejec
 - **pairs** (one row per pair): ids unique and present; instruction non-empty and at most
   `max_instruction_chars` long; the normalised instruction (case and spacing ignored) unique, so
   there are no duplicates; at least one weight per vector; a known kind.
-- **weights** (one row per pair and key): every key is `accuracy`, `cost`, `latency` or
-  `calls/<tool>` for a tool of the catalog in use; every weight present and finite (within
+- **weights** (one row per pair and key): every key is `accuracy`, `cost`, `latency`,
+  `calls/<tool>` for a tool or `models/<alias>` for a model of the catalog in use; every weight present and finite (within
   +-`max_abs_weight`; NaN reads as missing, infinity as out of range).
 
-`validate_pair_rows(rows, tools)` returns a `SuiteReport`; `raise_on_failure` turns failing
+`validate_pair_rows(rows, tools, models=...)` returns a `SuiteReport`; `raise_on_failure` turns failing
 expectations into one `OrchestraError` listing them with examples. great_expectations is imported
 lazily (it costs seconds) and runs in an ephemeral context: nothing is written to the repository.
 """
@@ -71,14 +71,16 @@ def _failure(result: Any, table: str) -> str:
 
 
 def validate_pair_rows(rows: list[dict[str, Any]], tools: Iterable[str], *, kinds: Iterable[str],
-                       max_instruction_chars: int = 500, max_abs_weight: float = 1e3) -> SuiteReport:
-    """Run the suite on raw pair rows for a catalog with `tools`; see the module docstring."""
+                       models: Iterable[str] = (), max_instruction_chars: int = 500,
+                       max_abs_weight: float = 1e3) -> SuiteReport:
+    """Run the suite on raw pair rows for a catalog with `tools` and `models` (aliases); see the
+    module docstring."""
     import great_expectations as gx
     import pandas as pd
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     pairs, weights = tables(rows)
-    allowed = sorted(known_keys(tools))
+    allowed = sorted(known_keys(tools, models))
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_pandas("preferences")

@@ -11,11 +11,15 @@ follows from the filling by construction, so no LLM is needed and every pair is 
 | `cost_latency` | "I moderately care about keeping it quick and inexpensive." | cost +w, latency +w |
 | `avoid_tool` | "Never use the web search tool for this task." | calls/web_search -w |
 | `prefer_tool` | "Please use `code_interpreter` when you can." | calls/code_interpreter +w |
-| `local_only` | "Keep my data local: do not send anything to outside services." | calls/T -w for every tool that leaves the machine |
+| `avoid_model` | "Do not ask the smollm2-vote5 expert." | models/smollm2-vote5 -w |
+| `local_only` | "Keep my data local: do not send anything to outside services." | calls/T -w for every tool that leaves the machine, models/M -w for every model served off it |
 
 The strength words map to weights (`a little` 0.25 ... `more than accuracy` 2.0; `try not to` 0.5,
 `avoid` 1, `never` 2), so "More than accuracy, I care about ..." gives the cost term twice the
-accuracy weight. "Local" tools are those whose calls stay on this machine (`remote_tools`).
+accuracy weight. "Local" tools are those whose calls stay on this machine (`remote_tools`);
+"remote" models are those served by a hosted or non-local endpoint (`remote_models`). An
+`avoid_model` filling exists for every model an expert tool routes to (a model-level preference:
+"do not ask M" covers every tool that asks M, `models/<alias>` counts its calls).
 
 Generation is **block-diagonal** so the pairs can be split without leakage: within a kind the
 templates and the (slots, vector) fillings are shuffled and cut into `blocks`; block i combines
@@ -34,18 +38,20 @@ from toolorchestra.preferences.pairs import (
     CALLS,
     COST,
     LATENCY,
+    MODELS,
     Intent,
     PreferencePair,
     pair_id,
 )
 from toolorchestra.tools.catalog import Catalog, ExpertBackend, ToolEntry, WebSearchBackend
 
-KINDS = ("accuracy", "cost", "latency", "cost_latency", "avoid_tool", "prefer_tool", "local_only")
+KINDS = ("accuracy", "cost", "latency", "cost_latency", "avoid_tool", "prefer_tool", "avoid_model", "local_only")
 
 # "{importance} <noun phrase>": how much the user cares, and the weight that expresses it.
 IMPORTANCE = (("I care a little about", 0.25), ("I moderately care about", 0.5),
               ("I care a lot about", 1.0), ("More than accuracy, I care about", 2.0))
 AVOID = (("Try not to use", 0.5), ("Avoid using", 1.0), ("Never use", 2.0))
+AVOID_ASKING = (("Try not to ask", 0.5), ("Do not ask", 1.0), ("Never ask", 2.0))
 PREFER = (("If it helps, use", 0.5), ("Please use", 1.0), ("Make sure to use", 2.0))
 LOCAL = (("", 1.5), (" This is a strict requirement.", 3.0))
 
@@ -106,6 +112,14 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "{prefer} {tool} if it is relevant.",
         "{prefer} {tool} as your main tool.",
     ),
+    "avoid_model": (
+        "{avoid} the {model} expert.",
+        "{avoid} the {model} expert for this task.",
+        "{avoid} the {model} model; other experts are fine.",
+        "{avoid} the {model} expert, I do not trust it.",
+        "{avoid} the {model} model here, please.",
+        "{avoid} the {model} expert - solve it another way.",
+    ),
     "local_only": (
         "Keep my data local: do not send anything to outside services.{strict}",
         "Nothing may leave this machine; use only local tools.{strict}",
@@ -137,6 +151,24 @@ def _is_local_url(url: str | None) -> bool:
     return host in ("localhost", "127.0.0.1", "::1") or host.endswith(".localhost")
 
 
+def _is_remote_model(catalog: Catalog, alias: str) -> bool:
+    backend = catalog.models[alias].backend
+    return getattr(backend, "kind", "local") not in ("local", "llamacpp") and not _is_local_url(
+        getattr(backend, "base_url", None))
+
+
+def remote_models(catalog: Catalog) -> list[str]:
+    """Expert models (those an LLM tool routes to) served off this machine: a hosted API or a
+    non-local endpoint."""
+    return [a for a in expert_models(catalog) if _is_remote_model(catalog, a)]
+
+
+def expert_models(catalog: Catalog) -> list[str]:
+    """The models an LLM tool routes to, in catalog order."""
+    routed = {a for t in catalog.tools if isinstance(t.backend, ExpertBackend) for a in t.backend.models}
+    return [a for a in catalog.models if a in routed]
+
+
 def remote_tools(catalog: Catalog) -> list[str]:
     """Tools whose calls leave this machine: web search, and LLM tools routing to a model served
     by a non-local endpoint."""
@@ -145,11 +177,8 @@ def remote_tools(catalog: Catalog) -> list[str]:
         backend = tool.backend
         if isinstance(backend, WebSearchBackend):
             out.append(tool.name)
-        elif isinstance(backend, ExpertBackend):
-            remote = [a for a in backend.models if getattr(catalog.models[a].backend, "kind", "local") != "local"
-                      and not _is_local_url(getattr(catalog.models[a].backend, "base_url", None))]
-            if remote:
-                out.append(tool.name)
+        elif isinstance(backend, ExpertBackend) and any(_is_remote_model(catalog, a) for a in backend.models):
+            out.append(tool.name)
     return out
 
 
@@ -169,13 +198,17 @@ def fillings(kind: str, catalog: Catalog) -> list[Filling]:
         return [Filling({slot: phrase, "tool": tool.name}, {ACCURACY: 1.0, f"{CALLS}{tool.name}": sign * w},
                         (acc, Intent(key=f"{CALLS}{tool.name}", prefer=prefer)))  # type: ignore[arg-type]
                 for tool in catalog.tools for phrase, w in levels]
+    if kind == "avoid_model":
+        return [Filling({"avoid": phrase, "model": alias}, {ACCURACY: 1.0, f"{MODELS}{alias}": -w},
+                        (acc, Intent(key=f"{MODELS}{alias}", prefer="lower")))
+                for alias in expert_models(catalog) for phrase, w in AVOID_ASKING]
     if kind == "local_only":
-        remote = remote_tools(catalog)
+        remote = [f"{CALLS}{t}" for t in remote_tools(catalog)] + [f"{MODELS}{a}" for a in remote_models(catalog)]
         if not remote:
             return []  # nothing leaves the machine: the kind cannot be expressed for this catalog
-        return [Filling({"strict": phrase, "tools": ",".join(remote)},
-                        {ACCURACY: 1.0, **{f"{CALLS}{t}": -w for t in remote}},
-                        (acc, *(Intent(key=f"{CALLS}{t}", prefer="lower") for t in remote)))
+        return [Filling({"strict": phrase, "tools": ",".join(remote_tools(catalog))},
+                        {ACCURACY: 1.0, **{key: -w for key in remote}},
+                        (acc, *(Intent(key=key, prefer="lower") for key in remote)))
                 for phrase, w in LOCAL]
     raise ValueError(f"unknown preference kind {kind!r}; known: {list(KINDS)}")
 

@@ -1,9 +1,11 @@
 """A user preference: a natural-language instruction and the weight vector the reward uses.
 
-The vector's keys are the reward's (`toolorchestra.episodes.reward`): `accuracy`, `cost`, `latency` and
-`calls/<tool>` for a tool of the catalog in use. Positive weights reward more of the (already
-oriented) quantity: a positive `cost` weight rewards *cheaper* rollouts, a negative
-`calls/web_search` weight rewards calling web search *less* (avoidance).
+The vector's keys are the reward's (`toolorchestra.episodes.reward`): `accuracy`, `cost`, `latency`,
+`calls/<tool>` for a tool of the catalog in use and `models/<alias>` for one of its models (calls
+served by that expert model). Positive weights reward more of the (already oriented) quantity: a
+positive `cost` weight rewards *cheaper* rollouts, a negative `calls/web_search` weight rewards
+calling web search *less* (avoidance), a negative `models/smollm2-vote5` weight asking that
+expert less.
 
 Each pair also states its **intents**: what the instruction asks for, as (key, `lower` | `higher`)
 claims ("do not use web search" -> `calls/web_search` lower; "keep costs down" -> `cost` lower).
@@ -29,11 +31,13 @@ from toolorchestra.core.fs import atomic_write_jsonl
 from toolorchestra.episodes.instance import Preference
 from toolorchestra.episodes.reward import ACCURACY, COST, LATENCY, group_rewards
 from toolorchestra.episodes.reward import CALLS_PREFIX as CALLS
+from toolorchestra.episodes.reward import MODELS_PREFIX as MODELS
 
 
-def known_keys(tool_names: Iterable[str]) -> set[str]:
-    """Every key a preference vector may use for a catalog with these tools."""
-    return {ACCURACY, COST, LATENCY} | {f"{CALLS}{name}" for name in tool_names}
+def known_keys(tool_names: Iterable[str], model_aliases: Iterable[str] = ()) -> set[str]:
+    """Every key a preference vector may use for a catalog with these tools and models."""
+    return ({ACCURACY, COST, LATENCY} | {f"{CALLS}{name}" for name in tool_names}
+            | {f"{MODELS}{alias}" for alias in model_aliases})
 
 
 def vector_key(vector: Mapping[str, float]) -> str:

@@ -174,7 +174,7 @@ def infer_kind(vector: dict[str, float], remote: list[str]) -> str:
 def propose_pairs(proposer: LLM, verifier: LLM, catalog: Catalog,
                   config: ProposeConfig) -> tuple[list[PreferencePair], ProposeStats]:
     """Ask `proposer` for pairs until `config.pairs` pass `verifier` or the requests run out."""
-    allowed = known_keys(t.name for t in catalog.tools)
+    allowed = known_keys((t.name for t in catalog.tools), catalog.models)
     remote = remote_tools(catalog)
     stats = ProposeStats()
     accepted: list[PreferencePair] = []

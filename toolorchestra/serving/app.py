@@ -107,7 +107,7 @@ def create_app(config: ServeConfig, pool: ModelPool, *, on_trajectory: OnTraject
     def preference_for(request: ChatRequest, served: ServedModel) -> tuple[str | None, str | None]:
         options = request.orchestra
         try:
-            from_vector = (vector_instruction(options.preference_vector, served.tool_names)
+            from_vector = (vector_instruction(options.preference_vector, served.tool_names, served.model_names)
                            if options.preference_vector else None)
         except ConfigError as exc:
             raise ApiError(400, f"orchestra.preference_vector: {exc.reason}", "invalid_preference") from None

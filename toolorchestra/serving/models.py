@@ -55,6 +55,11 @@ class ServedModel:
     def tool_names(self) -> list[str]:
         return list(self.toolbox.tools)
 
+    @property
+    def model_names(self) -> list[str]:
+        """Expert model aliases the served tools ask (the `models/<alias>` preference keys)."""
+        return sorted({a for t in self.toolbox.tools.values() for a in getattr(t, "llms", {})})
+
     def orchestrator(self, *, max_tokens: int | None = None, temperature: float = 0.0) -> Orchestrator:
         return Orchestrator(self.registered.llm, self.toolbox, policy_price=self.registered.price,
                             max_turns=self.max_turns, max_tokens=max_tokens or self.max_tokens,

@@ -8,7 +8,7 @@ optional `orchestra` object (the OpenAI client sends it with `extra_body={"orche
 | key | meaning |
 | --- | --- |
 | `preference` | a preference instruction, appended to the task as in training |
-| `preference_vector` | `{key: weight}` with the reward's keys (`cost`, `latency`, `calls/<tool>`, ...); rendered as an instruction (`preference.vector_instruction`) |
+| `preference_vector` | `{key: weight}` with the reward's keys (`cost`, `latency`, `calls/<tool>`, `models/<alias>`, ...); rendered as an instruction (`preference.vector_instruction`) |
 | `max_turns` | the episode's turn limit |
 | `budget_usd` | the episode's cost limit in USD, enforced by the agent loop before each call |
 | `trace` | log this request as an MLflow trace (default: the server's sampling rate) |

@@ -95,20 +95,37 @@ class WebSearchBackend(BaseModel):
 
 
 class ExpertBackend(BaseModel):
-    """An LLM used as a tool; the call's `model` argument picks one of `models`.
+    """An LLM used as a tool (roles: `toolorchestra.tools.experts`).
 
-    Roles (the paper's QA tools): `answer` (the expert answers; ends the episode), `reason`
-    (`enhance_reasoning`: the expert writes Python that the code interpreter runs), `search` (the
-    expert writes a query for the `retrieval` tool), `ask` (a plain question to the expert).
+    With several `models` the call's `model` argument picks one (the paper's form); with exactly
+    one, the tool has no `model` argument and always asks it. Roles: `answer` (the expert answers;
+    ends the episode), `program` (the expert writes Python, the code interpreter runs it, its
+    printed answer ends the episode), `vote` (`samples` answers at `temperature`, majority vote;
+    ends the episode), `reason` (`enhance_reasoning`: the expert writes Python that the code
+    interpreter runs), `search` (the expert writes a query for the `retrieval` tool), `ask` (a
+    plain question to the expert).
     """
 
     model_config = _STRICT
 
     type: Literal["expert"] = "expert"
-    role: Literal["answer", "reason", "search", "ask"]
+    role: Literal["answer", "program", "vote", "reason", "search", "ask"]
     models: list[str] = Field(min_length=1)
     retrieval: str | None = Field(None, description="name of the search tool a `search` expert queries")
     max_tokens: int = Field(256, ge=1, le=131_072)
+    samples: int = Field(5, ge=1, le=64, description="`vote`: answers sampled per call")
+    temperature: float = Field(0.7, ge=0, le=2, description="`vote`: sampling temperature")
+
+    @property
+    def samples_per_call(self) -> int:
+        """Model calls one tool call makes (a vote's samples; 1 for every other role)."""
+        return self.samples if self.role == "vote" else 1
+
+    @model_validator(mode="after")
+    def _vote_samples_differ(self) -> ExpertBackend:
+        if self.role == "vote" and self.samples > 1 and self.temperature <= 0:
+            raise ValueError("a `vote` expert with several samples needs temperature > 0 (greedy samples are identical)")
+        return self
 
 
 ToolBackend = Annotated[

@@ -1,5 +1,8 @@
 """The toolbox: builds a catalog's tools and runs calls safely, with timing and pricing.
 
+A single-model expert's description names its model (appended when the catalog's text does not),
+so the policy can map a model-level preference ("do not ask smollm2-vote5") to the tool.
+
 `Toolbox.call(name, arguments)` never raises for anything the model did or any tool failure: an
 unknown tool, arguments that fail the JSON schema, a `ToolError`, an LLM endpoint that fails
 after its retries, or an unexpected exception all come back as an error observation the model can
@@ -80,16 +83,20 @@ class Toolbox:
     def cost_bound(self, name: str, arguments: dict[str, Any], context: EpisodeContext | None = None) -> float:
         """What a call may cost before it runs (for a cost budget), USD: the tool's per-call price,
         and for an expert its model's prompt (over-estimated from the characters it will see) and
-        `max_tokens` of output. Per-second prices are unknowable up front and only charged after."""
+        `max_tokens` of output, times its samples for a vote expert. Per-second prices are
+        unknowable up front and only charged after."""
         tool = self.tools.get(name)
         cost = self.prices.get(name, Price()).per_call
-        if isinstance(tool, ExpertTool) and isinstance(arguments.get("model"), str):
-            llm = tool.llms.get(arguments["model"])
-            if llm is not None:
-                shown = (context.render() if context is not None else "") + str(arguments.get("question") or "")
-                prompt = llm.count_prompt_tokens([{"role": "user", "content": shown}]) + 64  # + role prompt
-                usage = Usage(prompt_tokens=prompt, completion_tokens=tool.max_tokens)
-                cost += self.model_prices.get(arguments["model"], Price()).tokens_cost(usage)
+        if isinstance(tool, ExpertTool):
+            try:
+                alias = tool.alias_for(arguments)
+            except ToolError:
+                return cost  # the call will fail before any model runs
+            shown = (context.render() if context is not None else "") + str(arguments.get("question") or "")
+            prompt = tool.llms[alias].count_prompt_tokens([{"role": "user", "content": shown}]) + 64  # + role prompt
+            # A vote expert pays for every sample.
+            usage = Usage(prompt_tokens=prompt * tool.samples, completion_tokens=tool.max_tokens * tool.samples)
+            cost += self.model_prices.get(alias, Price()).tokens_cost(usage)
         return cost
 
     def call(self, name: str, arguments: dict[str, Any], context: EpisodeContext | None = None) -> CallResult:
@@ -178,18 +185,22 @@ def build_toolbox(
                                              timeout_s=backend.timeout_s))
         elif isinstance(backend, ExpertBackend):
             helpers: dict[str, Tool] = {}
-            if backend.role == "reason":
+            if backend.role in ("reason", "program"):
                 code_entry = next((t for t in catalog.tools if isinstance(t.backend, CodeInterpreterBackend)), None)
                 helpers["run_code"] = build(code_entry) if code_entry else _default_code_interpreter()
             if backend.role == "search":
                 helpers["retrieval"] = build(catalog.tool(backend.retrieval or ""))
             tool = ExpertTool(entry.name, entry.description, backend.role,
                               {alias: llm_for(alias) for alias in backend.models},
-                              max_tokens=backend.max_tokens, parameters=entry.parameters, **helpers)
+                              max_tokens=backend.max_tokens, parameters=entry.parameters,
+                              samples=backend.samples, temperature=backend.temperature, **helpers)
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unsupported backend {backend!r}")
         if entry.description:
             tool.description = entry.description
+        if isinstance(tool, ExpertTool) and tool.fixed_alias and tool.fixed_alias not in tool.description:
+            # the policy reads which model a tool asks (a "do not ask <model>" preference needs it)
+            tool.description = f"{tool.description.rstrip()} Model: {tool.fixed_alias}.".lstrip()
         if entry.parameters and not isinstance(tool, ExpertTool):
             tool.parameters = entry.parameters
         built[entry.name] = tool

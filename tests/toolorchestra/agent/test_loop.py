@@ -137,7 +137,7 @@ def test_max_turns_stops_a_model_that_never_answers():
 
 def test_answer_tool_ends_the_episode_and_expert_tokens_are_priced():
     expert = ScriptedLLM(["5"], model="expert")
-    answer = ExpertTool("answer", "final answer", "answer", {"big": expert})
+    answer = ExpertTool("answer", "final answer", "answer", {"big": expert, "small": ScriptedLLM([])})
     toolbox = Toolbox([Add(), answer], model_prices={"big": Price(input_per_mtok=10.0, output_per_mtok=30.0)})
     traj = Orchestrator(ScriptedLLM([call("add", a=2, b=3), call("answer", model="big")]), toolbox).run("2+3?")
     assert traj.stop_reason == "answer_tool" and traj.answer == "5"
@@ -150,9 +150,10 @@ def test_answer_tool_ends_the_episode_and_expert_tokens_are_priced():
 
 
 def test_unknown_expert_alias_is_rejected_by_the_schema():
-    answer = ExpertTool("answer", "d", "answer", {"big": ScriptedLLM([])})
+    answer = ExpertTool("answer", "d", "answer", {"big": ScriptedLLM([]), "small": ScriptedLLM([])})
     traj = Orchestrator(ScriptedLLM([call("answer", model="huge"), "x"]), Toolbox([answer])).run("q")
-    assert traj.turns[0].error == "invalid_arguments" and "'huge' is not one of ['big']" in traj.turns[0].observation
+    assert traj.turns[0].error == "invalid_arguments"
+    assert "'huge' is not one of ['big', 'small']" in traj.turns[0].observation
 
 
 def test_structured_tool_calls_from_a_server_keep_their_ids():

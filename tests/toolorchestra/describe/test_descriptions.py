@@ -124,6 +124,58 @@ def test_summaries_from_trajectories_are_appended(expert_catalog, validated, tmp
     assert failed.summary_failures == 4 and not failed.summaries
 
 
+def test_the_embedded_experts_are_measured_per_category_with_n(validated, tmp_path):
+    """The three single-model experts (no `model` argument) measured with a test double behind
+    both aliases; the stats carry accuracy and n per category, which `always_strongest` reads."""
+    from toolorchestra.evaluation.methods import always_strongest, cascade
+
+    smart = SmartExpert("smart")
+    catalog, m = _describe(load_embedded_catalog(), load_pool(validated), tmp_path,
+                           {"smollm2": smart, "smollm2-vote5": smart}, categories=["qa_numeric", "qa_lookup"])
+    assert set(m.stats) == {"ask_direct", "ask_program", "ask_vote"}
+    stats = {t: catalog.tool(t).stats["models"] for t in m.stats}
+    assert set(stats["ask_vote"]) == {"smollm2-vote5"} and set(stats["ask_direct"]) == {"smollm2"}
+    assert all(s["n"] == 4 for models in stats.values() for cats in models.values() for s in cats.values())
+    direct, program, vote = (stats[t][a] for t, a in (("ask_direct", "smollm2"), ("ask_program", "smollm2"),
+                                                      ("ask_vote", "smollm2-vote5")))
+    assert direct["qa_numeric"]["accuracy"] == program["qa_numeric"]["accuracy"] == 1.0  # it computes
+    assert program["qa_lookup"]["accuracy"] == 0.0  # no program for a fact: the task does not end, wrong
+    assert direct["qa_lookup"]["correct"] == vote["qa_lookup"]["correct"] == 3  # "I do not know" once
+    # the vote pays for its five samples
+    assert vote["qa_numeric"]["mean_prompt_tokens"] == pytest.approx(5 * direct["qa_numeric"]["mean_prompt_tokens"])
+    assert vote["qa_numeric"]["mean_cost_usd"] == pytest.approx(5 * direct["qa_numeric"]["mean_cost_usd"])
+    # measured: direct and vote tie on accuracy (7/8), the pricier vote wins the tie; cheapest first for the cascade
+    assert always_strongest(catalog).info["route"] == ["ask_vote:smollm2-vote5"]
+    assert cascade(catalog, max_turns=3).info["route"][0] == "ask_direct:smollm2"
+
+
+def test_compact_style_states_accuracy_n_and_cost_per_call_in_one_clause(expert_catalog, validated, tmp_path):
+    doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
+    full, _ = _describe(expert_catalog, load_pool(validated), tmp_path, doubles)
+    compact, _ = _describe(expert_catalog, load_pool(validated), tmp_path, doubles, style="compact")
+    text = compact.tool("answer").description
+    assert "model smart: QA numeric 100% (n=4), QA lookup 75% (n=4), tool use 100% (n=4); $" in text
+    assert "/call." in text and "tokens" not in text
+    assert len(text) < len(full.tool("answer").description) / 2
+    def counts(catalog):
+        return {a: {c: (x["n"], x["correct"]) for c, x in cats.items()}
+                for a, cats in catalog.tool("answer").stats["models"].items()}
+
+    assert counts(compact) == counts(full)  # the stats keep every figure either way
+    assert base_description(text) == "Ask an expert for the final answer."
+
+
+def test_aliases_of_one_agent_share_their_tool_use_episodes(validated, tmp_path):
+    catalog = load_embedded_catalog()
+    doubles = {"smollm2": SmartExpert("smollm2"), "smollm2-vote5": SmartExpert("vote")}
+    _, m = _describe(catalog, load_pool(validated), tmp_path, doubles, categories=["tool_use"], tools=["ask_vote",
+                                                                                                   "ask_direct"])
+    runs = [r for r in m.records if r.category == "tool_use"]
+    assert sorted(r.model for r in runs) == ["smollm2"] * 4 + ["smollm2-vote5"] * 4
+    assert doubles["smollm2-vote5"].calls == 0  # same backend and price: its episodes were not run again
+    assert m.stats["ask_vote"]["smollm2-vote5"]["tool_use"] == m.stats["ask_direct"]["smollm2"]["tool_use"]
+
+
 def test_relocated_catalog_keeps_its_search_corpus(tmp_path):
     catalog = load_embedded_catalog()
     out_dir = tmp_path / "data" / "catalog"
@@ -152,11 +204,14 @@ def test_real_smollm2_expert_is_measured(smollm2_dir, validated, tmp_path):
     """The embedded catalog's real local expert on a tiny sample: genuine figures, whatever they are."""
     catalog = load_embedded_catalog()
     settings = Settings(workspace=tmp_path, state_dir=smollm2_dir.parents[1])
-    cfg = DescribeConfig(samples_per_category=1, tools=["answer"], categories=["qa_numeric", "tool_use"],
+    cfg = DescribeConfig(samples_per_category=1, categories=["qa_numeric", "tool_use"],
                          max_turns=2, max_tokens=48, max_workers=1)
     described, m = describe_catalog(catalog, load_pool(validated), settings, cfg)
-    stats = described.tool("answer").stats["models"]["smollm2"]
+    assert set(m.stats) == {"ask_direct", "ask_program", "ask_vote"}
+    stats = described.tool("ask_direct").stats["models"]["smollm2"]
     assert set(stats) == {"qa_numeric", "tool_use"}
     assert stats["qa_numeric"]["n"] == 1 and stats["qa_numeric"]["mean_completion_tokens"] > 0
     assert stats["qa_numeric"]["mean_cost_usd"] > 0 and stats["tool_use"]["mean_latency_s"] > 0
-    assert "model smollm2: QA numeric: " in described.tool("answer").description
+    assert "model smollm2: QA numeric: " in described.tool("ask_direct").description
+    vote = described.tool("ask_vote").stats["models"]["smollm2-vote5"]["qa_numeric"]
+    assert vote["mean_prompt_tokens"] > 4 * stats["qa_numeric"]["mean_prompt_tokens"]  # five real samples

@@ -295,6 +295,17 @@ def test_missing_calls_key_counts_as_zero():
     assert group_rewards(metrics, [True, True], {"calls/web_search": 1.0}) == [1.0, 0.0]
 
 
+def test_model_keys_count_calls_default_to_zero_and_use_the_calls_dead_band():
+    from toolorchestra.episodes.reward import DeadBand
+
+    metrics = [{"models/smollm2-vote5": 1}, {}, {"models/smollm2-vote5": 2}]
+    # "do not ask the vote expert": the rollout that never asked it scores highest
+    assert group_rewards(metrics, [True] * 3, {"models/smollm2-vote5": -1.0}) == [-0.5, 0.0, -1.0]
+    # the `calls` band covers model counts too: a band of 1 call makes a 1-call spread constant
+    wide = {"calls": DeadBand(absolute=1.0)}
+    assert group_rewards(metrics[:2], [True, True], {"models/smollm2-vote5": -1.0}, dead_band=wide) == [0.0, 0.0]
+
+
 def test_unweighted_metrics_are_not_read():
     # No cost anywhere and a NaN latency, but the preference weights neither.
     metrics = [{"latency": math.nan}, {}]
@@ -331,7 +342,7 @@ def test_length_mismatch():
         group_rewards([{}, {}], [True], {"accuracy": 1.0})
 
 
-@pytest.mark.parametrize("key", ["acc", "Cost", "calls/", "tokens", "calls_web_search"])
+@pytest.mark.parametrize("key", ["acc", "Cost", "calls/", "models/", "tokens", "calls_web_search", "model/x"])
 def test_unknown_preference_key_lists_accepted_forms(key):
     with pytest.raises(ValueError, match="accepted forms are 'accuracy', 'cost', 'latency'"):
         group_rewards([{}], [True], {key: 1.0})

@@ -13,11 +13,11 @@ def eval_tasks(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def catalog():
-    """The embedded catalog reduced to `answer` (an expert on the `smollm2` alias, replaced by a
+    """The embedded catalog reduced to `ask_direct` (an expert on the `smollm2` alias, replaced by a
     script) and the code interpreter."""
     from toolorchestra.tools.catalog import load_embedded_catalog
 
-    return load_embedded_catalog().subset(["answer", "code_interpreter"])
+    return load_embedded_catalog().subset(["ask_direct", "code_interpreter"])
 
 
 @pytest.fixture

@@ -158,9 +158,9 @@ def test_preferences_about_tools_not_offered_are_left_out(eval_tasks, pairs, tmp
     every = build_benchmarks(spec, tasks_root=eval_tasks, workspace=tmp_path, seed=0, preference_pairs=pairs,
                              train_ids=set())[0]
     only_answer = build_benchmarks(spec, tasks_root=eval_tasks, workspace=tmp_path, seed=0, preference_pairs=pairs,
-                                   train_ids=set(), tools=["answer"])[0]
+                                   train_ids=set(), tools=["ask_direct"])[0]
     assert any("code_interpreter" in i.preference.tools for i in every.items)
-    assert all(set(i.preference.tools) <= {"answer"} for i in only_answer.items)
+    assert all(set(i.preference.tools) <= {"ask_direct"} for i in only_answer.items)
     assert "name tools this evaluation does not offer" in only_answer.notes[0]
 
 

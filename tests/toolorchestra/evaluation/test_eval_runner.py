@@ -56,11 +56,11 @@ def test_baselines_and_orchestrator_run_identical_task_lists(run, benchmarks):
 def test_records_carry_judgement_trajectory_and_accounting(run, catalog):
     by_method = {r.method: r for r in run.records if r.benchmark == "qa"}
     router = by_method["random_router"]
-    assert router.tool_calls.get("answer") == 1 and router.stop_reason == "answer_tool"
+    assert router.tool_calls.get("ask_direct") == 1 and router.stop_reason == "answer_tool"
     assert router.cost_usd > 0 and router.judgement["method"] == "llm"  # rule failed ("42"), the judge said no
-    assert router.trajectory["turns"][0]["tool"] == "answer"
+    assert router.trajectory["turns"][0]["tool"] == "ask_direct"
     expert = by_method["expert:smollm2"]
-    assert "answer" not in expert.offered_tools and "code_interpreter" in expert.offered_tools
+    assert "ask_direct" not in expert.offered_tools and "code_interpreter" in expert.offered_tools
     assert expert.cost_usd == pytest.approx((100 * 0.02 + 10 * 0.02) / 1e6)  # its own tokens at its price
     tool_use = [r for r in run.records if r.kind == "tool_use"]
     assert tool_use and all(r.judgement["method"] == "toolscale" and "db" in r.judgement["details"] for r in tool_use)

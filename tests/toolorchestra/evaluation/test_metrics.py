@@ -159,3 +159,20 @@ def test_call_shares_per_tool_and_per_expert_model():
     assert list(x.model_share) == ["small", "big"]  # largest share first
     empty = summarize([record(method="e", calls={})])["e"]["overall"]
     assert empty.tool_share == {} and empty.model_share == {} and empty.calls_total == 0
+
+
+def test_model_intents_count_the_calls_each_model_served():
+    from toolorchestra.evaluation.metrics import intent_value
+
+    turns = [{"tool": "ask_vote", "tool_usage": {"smollm2-vote5": {"prompt_tokens": 5, "completion_tokens": 5}}},
+             {"tool": "ask_direct", "tool_usage": {"smollm2": {"prompt_tokens": 1, "completion_tokens": 1}}},
+             {"tool": "ask_vote", "tool_usage": {"smollm2-vote5": {"prompt_tokens": 5, "completion_tokens": 5}}},
+             {"tool": "code_interpreter", "tool_usage": {}}]
+    instructed = record(variant="instructed", intents=[{"key": "models/smollm2-vote5", "prefer": "lower"}])
+    instructed.trajectory = {"turns": turns[1:2]}
+    neutral = record(variant="neutral")
+    neutral.trajectory = {"turns": turns}
+    assert intent_value(neutral, "models/smollm2-vote5") == 2 and intent_value(neutral, "models/smollm2") == 1
+    assert intent_value(neutral, "models/gpt-5") == 0
+    (row,) = adherence_checks([instructed, neutral])
+    assert (row["instructed"], row["neutral"], row["followed"]) == (0, 2, True)

@@ -12,8 +12,15 @@ REPO = Path(__file__).resolve().parents[3]
 def test_embedded_catalog_is_valid_and_local():
     cat = load_embedded_catalog()
     assert cat.policy == "smollm2"
-    assert {t.name for t in cat.tools} >= {"code_interpreter", "local_search", "web_search", "search", "enhance_reasoning", "answer"}
+    assert [t.name for t in cat.tools] == ["code_interpreter", "local_search", "web_search",
+                                           "ask_direct", "ask_program", "ask_vote"]
     assert all(m.backend.kind == "local" for m in cat.models.values())
+    # each expert fixes its one model; the vote expert has its own alias (same weights and price)
+    assert {t.name: t.backend.models for t in cat.tools if t.kind == "llm"} == {
+        "ask_direct": ["smollm2"], "ask_program": ["smollm2"], "ask_vote": ["smollm2-vote5"]}
+    assert cat.models["smollm2-vote5"].backend == cat.models["smollm2"].backend
+    assert cat.models["smollm2-vote5"].price == cat.models["smollm2"].price
+    assert (cat.tool("ask_vote").backend.samples, cat.tool("ask_vote").backend.temperature) == (5, 0.7)
     assert cat.resolve(cat.tool("local_search").backend.documents).is_dir()
 
 
@@ -30,6 +37,17 @@ def test_paper_catalog_has_the_papers_prices():
         assert cat.tool(name).backend.type == "expert"
     # keys are referenced by variable name, never stored
     assert all(m.backend.api_key_env for m in cat.models.values())
+
+
+def test_a_greedy_vote_with_several_samples_is_rejected():
+    from toolorchestra.tools.catalog import parse_catalog
+
+    data = {"models": {"m": {}}, "tools": [
+        {"name": "v", "kind": "llm", "backend": {"type": "expert", "role": "vote", "models": ["m"], "temperature": 0}}]}
+    with pytest.raises(ConfigError, match="temperature > 0"):
+        parse_catalog(data, source="t")
+    data["tools"][0]["backend"]["samples"] = 1  # one greedy sample is a plain answer: allowed
+    assert parse_catalog(data, source="t").tool("v").backend.samples_per_call == 1
 
 
 def test_price_of_tokens_is_per_million():

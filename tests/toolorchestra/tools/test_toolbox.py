@@ -6,20 +6,38 @@ import pytest
 
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM, Completion, LLMError, Usage
-from toolorchestra.tools.catalog import Price, load_embedded_catalog
+from toolorchestra.tools.catalog import Price, embedded_catalog_path, load_embedded_catalog, parse_catalog
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import Toolbox, build_toolbox
 
 
 class Expert(LLM):
+    """Replies with `reply` (or the next of a list of replies); records prompts and sampling."""
+
     def __init__(self, reply):
-        self.model, self.reply, self.prompts = "expert", reply, []
+        self.model, self.reply, self.prompts, self.calls = "expert", reply, [], []
 
     def chat(self, messages, **kw):
         self.prompts.append(messages[-1]["content"])
+        self.calls.append(kw)
         if isinstance(self.reply, Exception):
             raise self.reply
-        return Completion(text=self.reply, usage=Usage(prompt_tokens=1000, completion_tokens=100))
+        text = self.reply[(len(self.calls) - 1) % len(self.reply)] if isinstance(self.reply, list) else self.reply
+        return Completion(text=text, usage=Usage(prompt_tokens=1000, completion_tokens=100))
+
+
+def paper_style_catalog():
+    """The embedded catalog plus the paper's multi-model tools (a `model` argument each)."""
+    import yaml
+
+    data = yaml.safe_load(embedded_catalog_path().read_text())
+    both = ["smollm2", "smollm2-vote5"]
+    data["tools"] += [
+        {"name": "search", "kind": "llm", "backend": {"type": "expert", "role": "search", "models": both,
+                                                      "retrieval": "local_search", "max_tokens": 48}},
+        {"name": "enhance_reasoning", "kind": "llm", "backend": {"type": "expert", "role": "reason", "models": both}},
+    ]
+    return parse_catalog(data, source="paper-style", base_dir=embedded_catalog_path().parent)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +51,8 @@ def toolbox_with(expert, settings, only):
 
 def test_enhance_reasoning_runs_the_experts_code_in_the_sandbox(settings):
     expert = Expert("Here:\n```python\nprint(17 * 23)\n```")
-    box = toolbox_with(expert, settings, ["enhance_reasoning"])
+    box = build_toolbox(paper_style_catalog(), settings, llm_for=lambda alias: expert, only=["enhance_reasoning"])
+    assert box.tools["enhance_reasoning"].parameters["required"] == ["model"]  # several models: the call names one
     result = box.call("enhance_reasoning", {"model": "smollm2"}, EpisodeContext(task="What is 17 * 23?"))
     assert result.ok and "391" in result.observation and "print(17 * 23)" in result.observation
     assert "What is 17 * 23?" in expert.prompts[0]
@@ -43,10 +62,17 @@ def test_enhance_reasoning_runs_the_experts_code_in_the_sandbox(settings):
 
 
 def test_search_expert_queries_the_local_corpus(settings):
-    box = toolbox_with(Expert("capital of Australia"), settings, ["search"])
+    box = build_toolbox(paper_style_catalog(), settings, llm_for=lambda alias: Expert("capital of Australia"),
+                        only=["search"])
     result = box.call("search", {"model": "smollm2"}, EpisodeContext(task="Which city is Australia's capital?"))
     assert result.ok and "Canberra" in result.observation
     assert result.cost_usd > 0
+
+
+def test_embedded_basic_tools_take_one_argument(settings):
+    box = toolbox_with(Expert(""), settings, ["code_interpreter", "web_search"])
+    assert box.tools["code_interpreter"].parameters["properties"] == {"code": {"type": "string"}}
+    assert box.call("web_search", {"query": "x", "max_results": 3}).error == "invalid_arguments"
 
 
 def test_code_interpreter_costs_per_call_and_second(settings):
@@ -65,9 +91,78 @@ def test_web_search_without_key_says_not_configured(settings, monkeypatch):
 
 
 def test_expert_endpoint_failure_is_an_observation(settings):
-    box = toolbox_with(Expert(LLMError("endpoint timed out")), settings, ["answer"])
-    result = box.call("answer", {"model": "smollm2"}, EpisodeContext(task="q"))
+    box = toolbox_with(Expert(LLMError("endpoint timed out")), settings, ["ask_direct"])
+    result = box.call("ask_direct", {}, EpisodeContext(task="q"))
     assert result.error == "llm_error" and "endpoint timed out" in result.observation
+
+
+def test_single_model_experts_take_no_model_argument(settings):
+    box = toolbox_with(Expert("42"), settings, ["ask_direct", "ask_program", "ask_vote"])
+    for name in ("ask_direct", "ask_program", "ask_vote"):
+        assert box.tools[name].parameters == {"type": "object", "additionalProperties": False,
+                                              "properties": {"question": {"type": "string"}}}
+    assert box.tools["ask_vote"].description.endswith("Model: smollm2-vote5.")  # the policy can tell the models apart
+    result = box.call("ask_direct", {"model": "smollm2"}, EpisodeContext(task="q"))  # nothing to get wrong
+    assert result.error == "invalid_arguments"
+    result = box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?"))
+    assert result.ok and result.data == {"final": True, "answer": "42"} and set(result.usage) == {"smollm2"}
+
+
+def test_program_expert_answers_with_what_its_program_prints(settings):
+    box = toolbox_with(Expert("```python\nx = 17 * 23\nprint('steps')\nprint(x)\n```"), settings, ["ask_program"])
+    result = box.call("ask_program", {}, EpisodeContext(task="What is 17 * 23?"))
+    assert result.ok and result.data["final"] and result.data["answer"] == "391"
+    # the sandbox run is priced too: the tool's per-call price plus the expert's tokens
+    assert result.cost_usd == pytest.approx(0.00001 + 1100 * 0.02 / 1e6)
+
+
+@pytest.mark.parametrize("reply, why", [
+    ("```python\nraise SystemExit(3)\n```", "failed"),
+    ("```python\nx = 1\n```", "printed nothing"),
+    ("I would compute it.", "wrote no program"),
+])
+def test_a_program_that_fails_or_prints_nothing_does_not_end_the_task(settings, reply, why):
+    result = toolbox_with(Expert(reply), settings, ["ask_program"]).call(
+        "ask_program", {}, EpisodeContext(task="What is 17 * 23?"))
+    assert not result.ok and not result.data["final"] and why in result.observation
+    assert "not finished" in result.observation
+
+
+def test_vote_expert_samples_k_answers_and_takes_the_majority(settings):
+    expert = Expert(["41", "6 * 7 = 42.", "42", "I don't know", "42.0"])
+    box = toolbox_with(expert, settings, ["ask_vote"])
+    result = box.call("ask_vote", {}, EpisodeContext(task="What is 6 * 7?"))
+    assert result.ok and result.data["final"] and result.data["answer"] == "42"  # votes on the final number
+    assert result.data["votes"] == 3 and "3/5" in result.observation
+    # five real samples, each seeded differently at the catalog's temperature, billed under the vote alias
+    assert len(expert.calls) == 5 and {c["temperature"] for c in expert.calls} == {0.7}
+    assert len({c["seed"] for c in expert.calls}) == 5
+    assert result.usage == {"smollm2-vote5": Usage(prompt_tokens=5000, completion_tokens=500)}
+    assert result.cost_usd == pytest.approx(5 * 1100 * 0.02 / 1e6)
+    # the same prompt samples the same seeds again: repeatable
+    again = Expert(["41", "6 * 7 = 42.", "42", "I don't know", "42.0"])
+    toolbox_with(again, settings, ["ask_vote"]).call("ask_vote", {}, EpisodeContext(task="What is 6 * 7?"))
+    assert [c["seed"] for c in again.calls] == [c["seed"] for c in expert.calls]
+
+
+def test_a_text_vote_delivers_the_first_winning_reply(settings):
+    box = toolbox_with(Expert(["Lima.", "It is Cusco", "lima", "Lima!", "Cusco"]), settings, ["ask_vote"])
+    result = box.call("ask_vote", {}, EpisodeContext(task="What is the capital of Peru?"))
+    assert result.data["answer"] == "Lima." and result.data["votes"] == 3
+
+
+def test_vote_cost_bound_counts_every_sample(settings):
+    box = toolbox_with(Expert("1"), settings, ["ask_vote", "ask_direct"])
+    context = EpisodeContext(task="What is 6 * 7?")
+    vote, direct = box.cost_bound("ask_vote", {}, context), box.cost_bound("ask_direct", {}, context)
+    assert vote == pytest.approx(5 * direct)  # same prompt and max_tokens, five samples
+
+
+@pytest.mark.parametrize("tool", ["ask_direct", "ask_vote"])
+def test_an_abstaining_expert_does_not_end_the_task(settings, tool):
+    result = toolbox_with(Expert(["I don't know.", ""]), settings, [tool]).call(tool, {}, EpisodeContext(task="q"))
+    assert not result.ok and result.data["final"] is False and "not finished" in result.observation
+    assert result.cost_usd > 0  # the expert still ran
 
 
 def test_long_observations_are_truncated():

@@ -108,6 +108,7 @@ def observe(
             "timed_out": run.timed_out,
             "memory_exceeded": memory,
             "process_limit_hit": process_limit,
+            "stdout": out,  # as shown (cut to the output budget); what a program expert answers with
             "stdout_bytes": run.stdout.total,
             "stderr_bytes": run.stderr.total,
             "truncated": out_cut or err_cut,
