@@ -72,7 +72,7 @@ _PROMPTS = {
     ),
 }
 # Said again at the end of the user turn: SmolLM2-135M follows the last instruction it reads (with
-# the request only in the system turn it wrote code for 1 of 7 sampled questions, with it here 4 of 4).
+# the request only in the system turn it wrote code for 2 of 11 probed questions, with it here 4 of 4).
 _ASKS = {"program": "Write a Python program that prints the answer to the task."}
 _PROMPTS["vote"] = _PROMPTS["answer"]
 FINAL_ROLES = frozenset({"answer", "program", "vote"})
