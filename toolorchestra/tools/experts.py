@@ -67,10 +67,13 @@ _PROMPTS = {
     "search": "Write one short search query (a few keywords) that would find what the task needs. Reply with the query only.",
     "ask": "Answer the question concisely.",
     "program": (
-        "Write a short Python 3 program that computes the answer to the task and prints only the answer. "
-        "Reply with one ```python code block."
+        "You write Python 3 programs. Reply with one ```python code block that prints the answer, for example:\n"
+        "```python\nprint(2 + 2)\n```"
     ),
 }
+# Said again at the end of the user turn: SmolLM2-135M follows the last instruction it reads (with
+# the request only in the system turn it wrote code for 2 of 11 probed questions, with it here 4 of 4).
+_ASKS = {"program": "Write a Python program that prints the answer to the task."}
 _PROMPTS["vote"] = _PROMPTS["answer"]
 FINAL_ROLES = frozenset({"answer", "program", "vote"})
 """Roles whose successful call ends the task."""
@@ -209,6 +212,8 @@ class ExpertTool(Tool):
         prompt = context.render()
         if question and question != context.task:
             prompt += f"\n\nQuestion from the orchestrator:\n{question}"
+        if self.role in _ASKS:
+            prompt += f"\n\n{_ASKS[self.role]}"
         messages = [{"role": "system", "content": _PROMPTS[self.role]}, {"role": "user", "content": prompt}]
         if self.role == "vote":
             return self._vote(llm, alias, messages)
