@@ -180,7 +180,7 @@ def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: fl
         rng = random.Random(stable_seed("qa", seed, domain.name, attempt))
         gen = _QA(domain, rng)
         ts = rng.choice(tables)
-        if rng.random() < arithmetic_fraction:
+        if arithmetic_fraction and rng.random() < arithmetic_fraction:  # no draw at 0: items as before
             item = arithmetic(rng)
         elif rng.random() < numeric_fraction:
             item = (gen.aggregate(ts) if rng.random() < 0.5 else None) or gen.count(ts)

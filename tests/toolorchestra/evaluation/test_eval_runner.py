@@ -115,12 +115,12 @@ def test_report_files(run, tmp_path):
     assert files["pareto"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = files["report"].read_text()
     assert "| trained (candidate) |" in report and "a note" in report and run.fingerprint in report
-    # intervals beside accuracy, and where each method's calls went (the router only calls `answer`,
-    # whose one model is smollm2)
+    # intervals beside accuracy, and where each method's calls went (the router only calls
+    # `ask_direct`, whose one model is smollm2)
     router = metrics["summary"]["random_router"]["overall"]
     assert router["accuracy_ci_low"] <= router["accuracy"] <= router["accuracy_ci_high"]
-    assert router["model_share"] == {"smollm2": 1.0} and router["tool_share"] == {"answer": 1.0}
-    assert re.search(r"\| random_router \| [\d.]+ \| answer 100% \(of \d+\) \| smollm2 100% \(of \d+\) \|", report)
+    assert router["model_share"] == {"smollm2": 1.0} and router["tool_share"] == {"ask_direct": 1.0}
+    assert re.search(r"\| random_router \| [\d.]+ \| ask_direct 100% \(of \d+\) \| smollm2 100% \(of \d+\) \|", report)
     assert re.search(r"\d+\.\d% \[\d+\.\d, \d+\.\d\] / \$", report)
     per_task = [json.loads(line) for line in files["per_task"].read_text().splitlines()]
     assert len(per_task) == len(run.records) and all("judgement" in r and "trajectory" in r for r in per_task)
