@@ -204,12 +204,14 @@ def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: 
               bf16: bool | None = None) -> Any:
     from trl import GRPOConfig
 
-    batch = settings.num_generations * settings.prompts_per_step
+    # All groups of a step are generated in one batch (TRL's generation batch = micro-batch x
+    # accumulation), but the loss runs one group per micro-batch: full-vocabulary logits of 8
+    # groups x 4 rollouts x ~1k tokens at once took 15.8 GB and the OOM killer on a 24 GB machine.
     return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=settings.num_generations,
+        gradient_accumulation_steps=settings.prompts_per_step,
         num_generations=settings.num_generations,
         learning_rate=settings.learning_rate,
         lr_scheduler_type="constant",
