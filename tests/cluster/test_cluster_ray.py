@@ -15,7 +15,7 @@ import pytest
 from cluster_services import BIN, base_env, make_cluster_workspace
 
 pytestmark = pytest.mark.slow
-DOMAINS = {"synthesize": {"domains": ["library", "clinic"], "db_size": 12, "tasks_per_domain": 5, "qa_per_domain": 3}}
+DOMAINS = {"synthesize": {"deps": {}, "domains": ["library", "clinic"], "db_size": 12, "tasks_per_domain": 5, "qa_per_domain": 3}}
 
 
 def run_synthesize(workspace: Path, **env: str) -> dict:
