@@ -76,6 +76,7 @@ def test_run_with_the_toy_profile_file(tmp_path, monkeypatch):
     assert proc.returncode == 0, out
     assert (workspace / "params.yaml").read_text() == TINY_PROFILE.read_text()
     assert lock_stages(workspace) == {"synthesize"}
-    assert [p.name for p in (workspace / "data" / "toolscale").iterdir()] == ["library"]
+    # the embedded library domain and the vendored restaurant database (the profile's unseen domain)
+    assert sorted(p.name for p in (workspace / "data" / "toolscale").iterdir()) == ["library", "restaurant"]
     tasks = yaml.safe_load((workspace / "data" / "toolscale" / "library" / "tasks.json").read_text())
     assert len(tasks) == yaml.safe_load(TINY_PROFILE.read_text())["synthesize"]["tasks_per_domain"]
