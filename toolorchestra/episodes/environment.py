@@ -281,9 +281,8 @@ class RolloutEnvironment:
         - QA `arithmetic` (an item with a `program`): one `code_interpreter` call running it, then
           the printed value as the answer;
         - QA lookup: one `local_search` call with the question's quoted key values (scoped to the
-          item's domain), then
-          the gold answer, kept only when the retrieved passage is the record the question names
-          (its quoted key values) and shows the answer: the answer is read, not recalled.
+          item's domain), then the gold answer, kept only when the retrieved passage is the record
+          the question names (its quoted key values) and shows the answer: read, not recalled.
 
         Each needs its tool offered by the instance; other QA items (counts and aggregates over
         records) have no golden trajectory."""
@@ -345,6 +344,9 @@ class RolloutEnvironment:
 
 CODE_TOOL, SEARCH_TOOL = "code_interpreter", "local_search"
 """The basic tools QA golden trajectories call (catalog names of the embedded catalog)."""
+CATEGORY_TOOLS: dict[str, tuple[str, ...]] = {"qa_arithmetic": (CODE_TOOL,), "qa_lookup": (SEARCH_TOOL,)}
+"""QA category -> the basic tools that solve it: the assembly offers them with every item of that
+category, and its golden trajectory calls them."""
 
 
 def _qa_item(instance: Instance) -> Any:

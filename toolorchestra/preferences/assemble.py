@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
 from toolorchestra.envs.task import dump_task
-from toolorchestra.episodes.environment import DEFAULT_PREFERENCE
+from toolorchestra.episodes.environment import CATEGORY_TOOLS, DEFAULT_PREFERENCE
 from toolorchestra.episodes.instance import Instance, Split
 from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_domain, task_prompt
 from toolorchestra.episodes.reward import ACCURACY, check_preference
@@ -172,10 +172,6 @@ def perturbed_weights(vector: dict[str, float], rng: random.Random, jitter: floa
     """`vector` with every weight but accuracy's scaled by a factor uniform in [1-jitter, 1+jitter]."""
     return {k: w if k == ACCURACY or jitter == 0 else float(f"{w * rng.uniform(1 - jitter, 1 + jitter):.4g}")
             for k, w in sorted(vector.items())}
-
-
-CATEGORY_TOOLS: dict[str, tuple[str, ...]] = {"qa_arithmetic": ("code_interpreter",), "qa_lookup": ("local_search",)}
-"""QA category -> the basic tools that solve it, offered with every item of that category."""
 
 
 def answer_tools(catalog: Catalog) -> list[str]:
