@@ -88,6 +88,9 @@ def run_sft(
         bf16=(not use_cpu) if bf16 is None else bf16,  # on CPU: autocast over fp32 weights
         seed=seed,
         dataloader_num_workers=0,
+        # TRL turns recomputation on by default; a 135M model's activations fit, and recomputing
+        # them cost a third of the step (benchmarks/bench_train.py)
+        gradient_checkpointing=False,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
                          processing_class=tokenizer, callbacks=callbacks)
