@@ -129,8 +129,11 @@ def _vocab(folder: Path, vocab_size: int) -> tuple[list[str], list[int]]:
     return tokens, types
 
 
-def convert(folder: str | Path, target: str | Path, *, weights: GGUFWeights = "f16") -> Path:
-    """Write the GGUF of the Llama checkpoint `folder` to `target`."""
+def convert(folder: str | Path, target: str | Path, *, weights: GGUFWeights = "f16",
+            tensors: dict[str, Any] | None = None) -> Path:
+    """Write the GGUF of the Llama checkpoint `folder` to `target`. `tensors` (name -> float32
+    numpy array, e.g. a model's live `state_dict`) replaces the folder's weight files: the folder
+    then gives only the config and tokenizer (GRPO exports the policy it is training this way)."""
     import gguf
     import numpy as np
 
@@ -149,7 +152,7 @@ def convert(folder: str | Path, target: str | Path, *, weights: GGUFWeights = "f
     file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                  "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[weights]
 
-    tensors = _load_tensors(folder)
+    tensors = _load_tensors(folder) if tensors is None else tensors
     tokens, types = _vocab(folder, vocab_size)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layer)
     writer = gguf.GGUFWriter(str(target), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])

@@ -95,7 +95,7 @@ class LlamaCppLLM(BatchLLM):
             messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
 
-    def _generate(self, prompt: list[int], *, max_tokens: int, temperature: float, stop_at_close: bool,
+    def generate_ids(self, prompt: list[int], *, max_tokens: int, temperature: float, stop_at_close: bool,
                   seed: int | None) -> tuple[list[int], str]:
         """(new tokens up to and including the stop token, finish reason) for one prompt."""
         llm = self.llama
@@ -139,7 +139,7 @@ class LlamaCppLLM(BatchLLM):
             for i in order:
                 started = time.perf_counter()
                 try:
-                    new, finish = self._generate(prompts[i], max_tokens=max_tokens, temperature=temperature,
+                    new, finish = self.generate_ids(prompts[i], max_tokens=max_tokens, temperature=temperature,
                                                  stop_at_close=bool(row_tools[i]), seed=seed)
                 except RuntimeError as exc:  # llama_decode failures: report, do not crash the caller's loop
                     raise LLMError(f"llama.cpp generation with {self.model} failed: {exc}") from exc

@@ -99,6 +99,11 @@ class GRPOSettings(BaseModel):
     save_steps: int = Field(1, ge=1, le=1_000_000)
     loss_type: str = "dapo"
     gradient_checkpointing: bool = False
+    rollout_engine: Literal["transformers", "llamacpp"] = Field(
+        "transformers", description="what generates the rollouts: transformers' generate on the training "
+        "model, or llama.cpp on a GGUF export of its weights made at every step (rl.llamacpp_rollouts)")
+    rollout_weights: Literal["f32", "f16", "q8_0"] = Field("f16", description="the llama.cpp export's weight type")
+    rollout_threads: int = Field(1, ge=1, le=512, description="llama.cpp threads for rollouts")
 
     @model_validator(mode="after")
     def _check(self) -> GRPOSettings:
@@ -159,6 +164,8 @@ class TrainConfig(BaseModel):
     mixed_precision: Literal["auto", "bf16", "no"] = Field(
         "auto", description="auto: bf16 on CUDA (bf16 weights) and on CPUs with native bf16 instructions "
         "(fp32 weights, bf16 autocast: ~2.5x faster SFT steps on AVX512-BF16); no: fp32 everywhere")
+    engine: Literal["transformers", "llamacpp"] | None = Field(
+        None, description="engine of the catalog's local models (experts) during training; None: as the catalog says")
     data: DataConfig = DataConfig()
     episode: EpisodeConfig = EpisodeConfig()
     sft: SFTSettings = SFTSettings()

@@ -76,8 +76,10 @@ def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Ins
 
 def work_folder(config: TrainConfig, instances: list[Instance], catalog: Catalog, settings: Settings) -> Path:
     """Where this run's resumable state lives: keyed by everything but the run's length."""
-    fixed = config.model_dump(mode="json", exclude={"resume", "log_checkpoint_artifact", "verl"})
-    fixed["grpo"].pop("steps", None)
+    # Engines change how fast samples come, not what is learned: a run may switch and resume.
+    fixed = config.model_dump(mode="json", exclude={"resume", "log_checkpoint_artifact", "verl", "engine"})
+    for key in ("steps", "rollout_engine", "rollout_weights", "rollout_threads"):
+        fixed["grpo"].pop(key, None)
     key = run_key(fixed, sorted(i.id for i in instances), catalog.to_dict())
     return settings.state / "train" / key
 
@@ -194,6 +196,11 @@ def train_trl(
     use_cpu = not device.startswith("cuda")
     bf16 = use_bf16(config, device)
     base = resolve_model_folder(config.init_from or config.base_model, settings)
+    if llm_for is None and config.engine is not None:
+        from toolorchestra.llm.config import build_llm, on_engine
+
+        def llm_for(alias: str) -> Any:
+            return build_llm(on_engine(catalog.models[alias].backend, config.engine), settings)
     env = RolloutEnvironment(catalog, settings, domains, config.episode, llm_for=llm_for)
     work = work_folder(config, instances, catalog, settings)
     work.mkdir(parents=True, exist_ok=True)

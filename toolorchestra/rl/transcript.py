@@ -119,11 +119,14 @@ class TranscriptEncoder:
                 prompt_len = len(ids)
             after = self.render(messages[: i + 1], tools, False)
             end = after.rfind(self.eos_text)
-            if end < len(before):
+            turn_ids = sampled[turn] if sampled is not None and turn < len(sampled) else None
+            # An empty sampled reply (the policy ended its turn at once) renders without the
+            # generation prompt's newline, so its end tag sits before `before` ends; its ids are
+            # the sampled ones all the same, and only the text after the tag is needed.
+            if end < len(before) and (turn_ids is None or end < 0):
                 raise TranscriptError(
                     f"the chat template did not close assistant message {i} with {self.eos_text!r}"
                 )
-            turn_ids = sampled[turn] if sampled is not None and turn < len(sampled) else None
             if turn_ids is not None:
                 ids.extend(turn_ids)
                 mask.extend([1] * len(turn_ids))

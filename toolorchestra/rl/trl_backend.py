@@ -268,6 +268,12 @@ def build_grpo_trainer(
                                 min_std=settings.min_std, dead_band=settings.dead_band.bands())
     rollouts = OrchestraRollouts(env, instances, tokenizer, max_completion_length=settings.max_completion_length,
                                  temperature=settings.temperature, scorer=reward)
+    if settings.rollout_engine == "llamacpp":
+        from toolorchestra.rl.llamacpp_rollouts import LlamaCppRollouts
+
+        rollouts.policy_factory = LlamaCppRollouts(model_path, output_dir / "rollout-engine",
+                                                   weights=settings.rollout_weights,
+                                                   n_threads=settings.rollout_threads, seed=seed)
     args = grpo_args(settings, output_dir, use_cpu=use_cpu, bf16=bf16, seed=seed,
                      max_steps=max_steps or settings.steps)
     trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,

@@ -65,6 +65,20 @@ def test_sampled_ids_are_used_verbatim_and_an_inserted_eos_is_not_trained(tokeni
     assert encoded.ids[-len(odd) - 1:] == odd + [encoder.eos_id] and encoded.mask[-len(odd) - 1:] == [1] * (len(odd) + 1)
 
 
+def test_an_empty_sampled_reply_encodes_as_what_was_sampled(tokenizer):
+    """A policy that ends its turn at once (eos first) leaves an empty assistant message, which the
+    template renders without the generation prompt's newline: the rollout still encodes."""
+    encoder = TranscriptEncoder(tokenizer)
+    messages = transcript()[:4] + [{"role": "assistant", "content": ""}]
+    call_ids = encoder.text_ids(messages[2]["content"])
+    encoded = encoder.encode(messages, TOOLS, sampled=[call_ids, [encoder.eos_id]])
+    assert encoded.ids[-1] == encoder.eos_id and encoded.mask[-1] == 1
+    assert sum(encoded.mask) == len(call_ids) + 1
+    # Without the sampled ids there is no text to train on: still the clear error.
+    with pytest.raises(TranscriptError, match="did not close"):
+        encoder.encode(messages, TOOLS)
+
+
 def test_a_template_that_rewrites_history_is_rejected(tokenizer):
     class Rewriting:
         eos_token = tokenizer.eos_token

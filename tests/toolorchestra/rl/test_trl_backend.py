@@ -215,3 +215,20 @@ def test_prompt_rows_name_their_instance(instance):
     assert row["prompt"][-1]["instance_id"] == instance.id == row["instance_id"]
     assert [m["content"] for m in row["prompt"]] == [m["content"] for m in instance.prompt]
     assert set(row["prompt"][0]) == set(row["prompt"][-1])  # one Arrow struct type for every message
+
+
+def test_llamacpp_rollouts_feed_the_trainer_token_exact(tiny_dir, tiny_llm, make_env, instance, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from toolorchestra.rl.llamacpp_rollouts import LlamaCppRollouts
+
+    settings = GRPOSettings(steps=1, num_generations=4, max_completion_length=2048, rollout_engine="llamacpp")
+    trainer = build_grpo_trainer(tiny_dir, tiny_llm.tokenizer, make_env(max_turns=2, max_tokens=12), [instance],
+                                 settings, tmp_path / "grpo", use_cpu=True, seed=0)
+    factory = trainer.orchestra_rollouts.policy_factory
+    assert isinstance(factory, LlamaCppRollouts)
+    out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    assert len(factory.export_s) == 1 and (tmp_path / "grpo" / "rollout-engine" / "policy.gguf").is_file()
+    rollouts = trainer.orchestra_rollouts.last
+    assert len(rollouts) == 4 and all(r.trajectory.turns or r.trajectory.messages for r in rollouts)
+    assert out["completion_ids"].shape[0] == 4
+    factory.close()
