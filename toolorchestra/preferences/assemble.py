@@ -42,6 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
+from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.task import dump_task
 from toolorchestra.episodes.environment import CATEGORY_TOOLS, DEFAULT_PREFERENCE
 from toolorchestra.episodes.instance import Instance, Split
@@ -126,6 +127,10 @@ def split_tasks(pool: TaskPool, fraction: float, seed: int,
     tasks shared a golden-action prefix with training tasks. Every task of a `heldout_domains`
     domain goes to eval: training never sees that domain."""
     unseen = set(heldout_domains)
+    known = {task_domain(i) for i in pool.qa} | {t.domain.name for t in pool.tool_use}
+    if unseen - known:  # a typo would otherwise hold nothing out and train on the "unseen" domain
+        raise ConfigError(None, f"held-out domain(s) {sorted(unseen - known)} have no tasks; the task pool's "
+                          f"domains are {sorted(d for d in known if d)}", key="heldout_domains")
     strata: dict[str, list[Any]] = defaultdict(list)
     evaluation: list[Any] = []
     for item in pool.qa:

@@ -244,3 +244,11 @@ def test_a_heldout_domain_never_trains(validated):
     assert {t.id for t in pool.tool_use if t.domain.name == unseen} <= {t.id for t in evaluation}
     before_train, _ = split_tasks(pool, 0.25, seed=0)
     assert {t.id for t in train} == {t.id for t in before_train if task_domain(t) != unseen}
+
+
+def test_an_unknown_heldout_domain_is_a_clear_error(validated):
+    """A misspelt held-out domain would hold nothing out (and train on the domain meant to be unseen)."""
+    from toolorchestra.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="resturant"):
+        split_tasks(load_pool(validated), 0.25, seed=0, heldout_domains=["resturant"])
