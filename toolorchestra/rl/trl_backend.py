@@ -236,7 +236,20 @@ def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: 
         shuffle_dataset=True,
         model_init_kwargs={"dtype": "float32" if use_cpu else "bfloat16"},
         dataloader_num_workers=0,
+        **vllm_args(settings, use_cpu=use_cpu),
     )
+
+
+def vllm_args(settings: GRPOSettings, *, use_cpu: bool) -> dict[str, Any]:
+    """TRL's colocated vLLM engine for `rollout_engine: vllm` (weights synced every step by TRL)."""
+    if settings.rollout_engine != "vllm":
+        return {}
+    if use_cpu:
+        raise ConfigError(None, "grpo.rollout_engine: vllm needs a CUDA GPU; on a CPU use llamacpp or transformers",
+                          key="grpo.rollout_engine")
+    return {"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False,
+            "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+            "vllm_max_model_length": settings.max_completion_length + 8192}
 
 
 def build_grpo_trainer(
@@ -276,7 +289,13 @@ def build_grpo_trainer(
                                                    n_threads=settings.rollout_threads, seed=seed)
     args = grpo_args(settings, output_dir, use_cpu=use_cpu, bf16=bf16, seed=seed,
                      max_steps=max_steps or settings.steps)
+    if settings.rollout_engine == "vllm":
+        from toolorchestra.rl.vllm_rollouts import VLLMRollouts
+
+        rollouts.policy_factory = VLLMRollouts(seed=seed)
     trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=callbacks)
+    if settings.rollout_engine == "vllm":
+        rollouts.policy_factory.bind_trainer(trainer)
     trainer.orchestra_rollouts, trainer.orchestra_reward = rollouts, reward
     return trainer
