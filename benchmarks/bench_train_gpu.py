@@ -8,7 +8,8 @@ optimiser) in bf16 on SmolLM2-135M-Instruct (or `--model FOLDER`) over tool-use 
 from the embedded domains, `groups x generations` rollouts per step (64 by default, one batched
 generation per turn). Per step it splits the wall time into
 
-- **rollout**: the agent loop with HF `generate` (all turns, tool calls, scoring, encoding);
+- **rollout**: the agent loop with HF `generate`, or vLLM colocated by TRL with
+  `--rollout-engine vllm` (all turns, tool calls, scoring, encoding);
 - **optimisation**: the rest of TRL's training step (log-probs, loss, backward, optimiser step);
 
 and prints sampled tokens/s during rollout, trained tokens/s during optimisation, and MFU of the
@@ -40,6 +41,8 @@ def main() -> int:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per turn")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 peak of the GPU")
+    parser.add_argument("--rollout-engine", default="transformers", choices=["transformers", "vllm"],
+                        help="HF generate, or TRL's colocated vLLM (needs the gpu extra)")
     args = parser.parse_args()
 
     import torch
@@ -74,7 +77,7 @@ def main() -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     grpo = GRPOSettings(steps=args.steps + 1, num_generations=args.generations, prompts_per_step=args.groups,
-                        max_completion_length=4096, save_steps=10_000)
+                        max_completion_length=4096, save_steps=10_000, rollout_engine=args.rollout_engine)
     trainer = build_grpo_trainer(model_dir, tokenizer, env, instances, grpo, scratch / "grpo", use_cpu=False)
     rollouts = trainer.orchestra_rollouts
     timings: list[dict[str, float]] = []
