@@ -49,7 +49,6 @@ import json
 import math
 import os
 import shutil
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -420,6 +419,15 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
     changes = {f: getattr(args, f) for f in Sizes.__dataclass_fields__ if getattr(args, f, None) is not None}
     if args.no_second_seed:
         changes["second_seed"] = False
+    small = sorted(k for k, v in changes.items() if not isinstance(v, bool) and v < (0 if k == "eval_preferences" else 1))
+    if small:
+        from toolorchestra.core.errors import ConfigError
+
+        raise ConfigError(None, f"sizes {small} must be at least 1 (eval_preferences: 0 turns it off)", key="sizes")
+    if changes.get("generations", base.generations) < 2:
+        from toolorchestra.core.errors import ConfigError
+
+        raise ConfigError(None, "--generations must be at least 2 (one GRPO group)", key="sizes")
     return replace(base, **changes)
 
 
@@ -620,6 +628,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         "train_instances": len(train_set), "tasks": len(reference), "task_list_sha": task_list_sha(reference),
         "identical_tasks": all(keys == reference for keys in lists.values()), "budgets": grid, "arms": figures,
         "seconds": {"train": train_s, "eval": sum(result.seconds.values()), "total": 0.0}, "notes": notes,
+        "out": str(out),
     }
     doc["seconds"]["total"] = time.perf_counter() - started
 
@@ -644,8 +653,8 @@ def _qa_domain(item: Any) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     doc = run(args, log=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
-    report = (args.out or Path(os.environ.get("ORCHESTRA_WORKSPACE", REPO)) / "reports" / "bench_learning")
-    print((report / "report.md").read_text(encoding="utf-8"), file=sys.stderr if args.json else sys.stdout)
+    # With --json, stdout carries only the JSON line; the table goes to stderr.
+    print((Path(doc["out"]) / "report.md").read_text(encoding="utf-8"), file=sys.stderr if args.json else sys.stdout)
     summary = {name: {k: arm[k] for k in FIGURES} | {"unseen_domains": arm["unseen_domains"]}
                for name, arm in doc["arms"].items()}
     if args.json:

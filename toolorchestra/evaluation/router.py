@@ -37,7 +37,10 @@ class EmbeddingRouter:
 
     @classmethod
     def fit(cls, texts: Sequence[str], labels: Sequence[str], embedder: Embedder, *, seed: int = 0,
-            c: float = 1.0) -> EmbeddingRouter:
+            c: float = 10.0) -> EmbeddingRouter:
+        """`c`: inverse regularisation; unit-norm embeddings of short texts lie close together, and
+        with sklearn's default of 1 a few dozen examples collapse onto the majority label. Classes
+        are weighted by their inverse frequency for the same reason (arithmetic is a minority)."""
         if len(texts) != len(labels):
             raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
         if not texts:
@@ -47,7 +50,7 @@ class EmbeddingRouter:
             return cls(embedder, None, distinct)
         from sklearn.linear_model import LogisticRegression
 
-        classifier = LogisticRegression(C=c, max_iter=1000, random_state=seed)
+        classifier = LogisticRegression(C=c, class_weight="balanced", max_iter=1000, random_state=seed)
         classifier.fit(embedder.embed(list(texts)), list(labels))
         return cls(embedder, classifier, [str(x) for x in classifier.classes_])
 
