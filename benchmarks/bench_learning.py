@@ -36,9 +36,11 @@ and MLflow: a parent run with one nested run per arm (`--tracking-uri`, default 
 
 Sizes: `--quick` is a smoke run (the test, a tiny model); the CPU defaults (24 tasks + 8 QA per
 domain, 10 + 10 tool-use and 6 + 6 QA held-out items, 4 preference items; SFT 12 x 2, GRPO 6 x 4
-rollouts, two GRPO seeds) were chosen to stay under 90 minutes on two idle cores from an estimate
-(the earlier version: 16 episodes of SmolLM2 in ~1.5 min, SFT 10 + GRPO 4 steps in 6 min); they
-are not yet measured. With CUDA the GPU defaults are larger. Every size has a flag.
+rollouts, two GRPO seeds; 40 episodes per arm, at most 3 turns of 48 tokens, 3 domain tools
+offered) were chosen to stay under 90 minutes on two idle cores from an estimate of about 60
+(the earlier version ran 16 SmolLM2 episodes in ~1.5 min and SFT 10 + GRPO 4 steps in 6 min; here
+five arms generate with SmolLM2 over longer prompts, and the experts are SmolLM2 too); they are not
+yet measured. With CUDA the GPU defaults are larger. Every size has a flag.
 """
 
 from __future__ import annotations
@@ -651,8 +653,13 @@ def _qa_domain(item: Any) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from toolorchestra.core.errors import ConfigError
+
     args = parse_args(argv)
-    doc = run(args, log=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    try:
+        doc = run(args, log=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    except ConfigError as error:  # bad input: say what, without a traceback
+        raise SystemExit(f"bench_learning: {error}") from None
     # With --json, stdout carries only the JSON line; the table goes to stderr.
     print((Path(doc["out"]) / "report.md").read_text(encoding="utf-8"), file=sys.stderr if args.json else sys.stdout)
     summary = {name: {k: arm[k] for k in FIGURES} | {"unseen_domains": arm["unseen_domains"]}
