@@ -408,6 +408,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpo-lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
+    parser.add_argument("--engine", choices=["transformers", "llamacpp"],
+                        help="engine of every local model (policies, experts, GRPO rollouts); default: llamacpp "
+                             "on a CPU, transformers with CUDA")
     parser.add_argument("--keep-checkpoints", action="store_true")
     for field in Sizes.__dataclass_fields__:
         if field != "second_seed":
@@ -456,7 +459,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     from toolorchestra.evaluation.report import pareto_plot
     from toolorchestra.evaluation.router import EmbeddingRouter, RoutedPolicy
     from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
-    from toolorchestra.llm.config import build_llm
+    from toolorchestra.llm.config import as_engine, build_llm, on_engine
     from toolorchestra.llm.smollm2 import NAME, ensure_converted
     from toolorchestra.preferences.assemble import AssemblyConfig, assemble
     from toolorchestra.preferences.grammar import generate_grammar_pairs
@@ -467,6 +470,9 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
 
     started = time.perf_counter()
     sizes = sizes_of(args)
+    import torch
+
+    engine = args.engine or ("transformers" if torch.cuda.is_available() else "llamacpp")
     size_name = "quick" if args.quick else ("gpu" if sizes == GPU else "cpu" if sizes == CPU else "custom")
     train_domains = [d for d in args.train_domains.split(",") if d]
     unseen = [d for d in args.unseen_domains.split(",") if d]
@@ -531,7 +537,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
 
     # 2. training
     def llm_for(alias: str) -> Any:
-        return build_llm(catalog.models[alias].backend, settings)
+        return build_llm(on_engine(catalog.models[alias].backend, engine), settings)
 
     episode = EpisodeConfig(max_turns=sizes.max_turns, max_tokens=sizes.max_tokens, max_domain_tools=3,
                             max_observation_chars=300)
@@ -543,8 +549,10 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
                 "max_examples": 64},
         "grpo": {"steps": sizes.grpo_steps, "num_generations": sizes.generations, "learning_rate": args.grpo_lr,
                  "max_completion_length": sizes.max_completion_length, "save_steps": max(1, sizes.grpo_steps)},
-        "log_checkpoint_artifact": False,
+        "log_checkpoint_artifact": False, "engine": engine,
     })
+    if engine == "llamacpp":  # the step's rollouts on a GGUF export of the live weights
+        config = config.model_copy(update={"grpo": config.grpo.model_copy(update={"rollout_engine": "llamacpp"})})
     domains = DomainLocator([tasks])
     t_train = time.perf_counter()
     log(f"training: SFT {sizes.sft_steps} x {sizes.sft_batch}, GRPO {sizes.grpo_steps} x {sizes.generations} ...")
@@ -565,21 +573,24 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
 
     # 3. arms
     grpo_llm, _, manifest = load_orchestrator(work / "sft_grpo")
+    grpo_llm = as_engine(grpo_llm, engine, settings)
     candidate = SimpleNamespace(llm=grpo_llm, manifest={**manifest, "base_model": base}, ref="sft_grpo", sha=None)
     methods, _, notes = build_methods(
         MethodsConfig(champion=False, experts=[], sft_only=False), candidate=candidate, champion=None,
         champion_note="", catalog=catalog, settings=settings, llm_for=llm_for, seed=args.seed,
-        max_turns=sizes.max_turns)
+        max_turns=sizes.max_turns, engine=engine)
     by_name: dict[str, Method] = {m.name: m for m in methods}
     by_name["sft_grpo"] = by_name.pop(CANDIDATE)
     by_name["sft_grpo"].name = "sft_grpo"
     by_name["sft_grpo"].description = f"SFT then GRPO ({sizes.grpo_steps} steps x {sizes.generations} rollouts)"
     alias = manifest.get("policy_alias") or catalog.policy
     sft_llm, _, _ = load_orchestrator(work / "sft_only")
+    sft_llm = as_engine(sft_llm, engine, settings)
     by_name["sft_only"] = orchestrator("sft_only", sft_llm, policy_alias=alias,
                                        description=f"the warm start only (SFT {sizes.sft_steps} steps)")
     if "sft_grpo_seed1" in trained:
         llm, _, _ = load_orchestrator(work / "sft_grpo_seed1")
+        llm = as_engine(llm, engine, settings)
         by_name["sft_grpo_seed1"] = orchestrator("sft_grpo_seed1", llm, policy_alias=alias,
                                                  description="the same SFT checkpoint, GRPO with seed + 1")
     choices = cascade_order(expert_choices(catalog))
@@ -623,7 +634,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     lists = task_lists(result.records)
     reference = next(iter(lists.values()))
     doc: dict[str, Any] = {
-        "size": size_name, "sizes": asdict(sizes), "seed": args.seed, "model": args.model,
+        "size": size_name, "engine": engine, "sizes": asdict(sizes), "seed": args.seed, "model": args.model,
         "domains": {"train": train_domains, "unseen": unseen}, "tools": [t.name for t in catalog.tools],
         "preference_kinds": {"train": train_kinds, "held_out": eval_kinds},
         "benchmarks": {b.name: len(b.items) for b in benchmarks}, "groups": groups,
