@@ -65,15 +65,18 @@ def ask(
     from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import json_text
     from toolorchestra.core.settings import load_settings
-    from toolorchestra.registry.policy import is_registry_ref, load_policy
+    from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
 
     settings = load_settings()
     cat = load_catalog(catalog) if catalog else None
+    observation_limit: dict[str, int] = {}
     if is_registry_ref(policy):  # models:/NAME@ALIAS or models:/NAME/VERSION from the MLflow registry
-        llm, price, trained_with = load_policy(policy, settings)
-        cat = cat or trained_with  # by default, the tools and prices it was trained with
+        registered = load_registered(policy, settings)
+        llm, price = registered.llm, registered.price
+        cat = cat or registered.catalog  # by default, the tools and prices it was trained with
+        observation_limit = {"max_observation_chars": observation_chars(registered.manifest)}
     else:
         cat = cat or load_embedded_catalog()
         llm, price = resolve_policy(cat, policy, settings)
@@ -82,7 +85,7 @@ def ask(
     if unknown:
         raise ConfigError(None, f"{', '.join(unknown)}: not in the catalog; its tools: "
                           f"{', '.join(t.name for t in cat.tools)}", key="--tools")
-    toolbox = build_toolbox(cat, settings, only=only)
+    toolbox = build_toolbox(cat, settings, only=only, **observation_limit)
     orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns,
                                 max_tokens=max_tokens, temperature=temperature, budget_usd=budget)
     trajectory = orchestrator.run(question, preference)

@@ -58,6 +58,15 @@ def load_policy(ref: str, settings: Settings) -> tuple[LLM, Price, Catalog]:
     return model.llm, model.price, model.catalog
 
 
+def observation_chars(manifest: dict[str, Any]) -> int:
+    """The tool-observation length the policy was trained with (its manifest's episode): a
+    lookup's search results cut elsewhere show the small model passages it never learnt to skip."""
+    from toolorchestra.tools.toolbox import MAX_OBSERVATION_CHARS
+
+    value = (manifest.get("episode") or {}).get("max_observation_chars")
+    return int(value) if isinstance(value, int) and value > 0 else MAX_OBSERVATION_CHARS
+
+
 def is_registry_ref(text: str | None) -> bool:
     return bool(text) and str(text).startswith("models:/")
 

@@ -85,7 +85,9 @@ class OrchestratorModel(mlflow.pyfunc.PythonModel):
 
         self.policy, self.catalog, self.manifest = load_bundle(context.artifacts)
         self.price = policy_price(self.catalog, self.manifest)
-        self.toolbox = build_toolbox(self.catalog, load_settings())
+        from toolorchestra.registry.policy import observation_chars
+
+        self.toolbox = build_toolbox(self.catalog, load_settings(), max_observation_chars=observation_chars(self.manifest))
         self.system_prompt = system_prompt(self.catalog, self.manifest)
         episode = self.manifest.get("episode") or {}
         self.defaults = {"max_turns": int(episode.get("max_turns", 6)),

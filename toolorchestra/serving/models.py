@@ -79,11 +79,13 @@ def calibrated_vector(tags: dict[str, str]) -> dict[str, float]:
 
 
 def served_from(registered: RegisteredModel, settings: Settings) -> ServedModel:
+    from toolorchestra.registry.policy import observation_chars
     from toolorchestra.registry.pyfunc import system_prompt
 
     episode = registered.manifest.get("episode") or {}
     return ServedModel(
-        registered=registered, toolbox=build_toolbox(registered.catalog, settings),
+        registered=registered,
+        toolbox=build_toolbox(registered.catalog, settings, max_observation_chars=observation_chars(registered.manifest)),
         system_prompt=system_prompt(registered.catalog, registered.manifest),
         max_turns=int(episode.get("max_turns", 6)), max_tokens=int(episode.get("max_tokens", 192)),
         default_vector=calibrated_vector(registered.tags),

@@ -142,8 +142,10 @@ def build_toolbox(
     *,
     llm_for: Callable[[str], LLM] | None = None,
     only: Iterable[str] | None = None,
+    max_observation_chars: int = MAX_OBSERVATION_CHARS,
 ) -> Toolbox:
-    """Instantiate the catalog's tools (or those named in `only`).
+    """Instantiate the catalog's tools (or those named in `only`); observations are cut at
+    `max_observation_chars` (a trained policy's own limit: `registry.policy.observation_chars`).
 
     `llm_for(alias)` returns the backend of a catalog model; by default it is built from the
     catalog's backend config (local models are loaded once per process).
@@ -211,6 +213,7 @@ def build_toolbox(
         tools,
         prices={t.name: t.price for t in catalog.tools},
         model_prices={alias: m.price for alias, m in catalog.models.items()},
+        max_observation_chars=max_observation_chars,
     )
 
 

@@ -118,3 +118,19 @@ def test_pyfunc_loads_in_a_fresh_process_and_answers(registered, module_mlflow_s
     assert "/code/toolorchestra/" in result["code"]  # the model's own copy of the package ran
     [broke] = result["budget"]  # a zero budget: the loop makes no call at all
     assert broke["stop_reason"] == "budget" and broke["cost_usd"] == 0 and broke["turns"] == 0
+
+
+def test_a_registered_policy_sees_observations_cut_as_in_its_training(tmp_path):
+    """`ask`, the server and the pyfunc cut tool results at the manifest's training limit: a
+    lookup's five search passages shown whole distracted the demo's champion into a wrong record."""
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.registry.policy import observation_chars
+    from toolorchestra.tools.catalog import load_embedded_catalog
+    from toolorchestra.tools.toolbox import MAX_OBSERVATION_CHARS, build_toolbox
+
+    assert observation_chars({"episode": {"max_observation_chars": 400}}) == 400
+    assert observation_chars({}) == observation_chars({"episode": {"max_observation_chars": "x"}}) == MAX_OBSERVATION_CHARS
+    settings = Settings(workspace=tmp_path, state_dir=tmp_path / ".orchestra")
+    box = build_toolbox(load_embedded_catalog(), settings, only=["code_interpreter"], max_observation_chars=400)
+    result = box.call("code_interpreter", {"code": "print('x' * 2000)"})
+    assert 400 <= len(result.observation) < 600
