@@ -15,6 +15,9 @@ beside the candidate) and moves `champion` only when every check passes:
    uncertainty is not added: that test would need several times more tasks to ever pass). With
    `rule: point` the candidate's accuracy itself must exceed it. A baseline the evaluation did not
    run is a failed check that says so (turn it on in `evaluate.methods` or drop it here);
+   and **is not clearly worse** than any method in `not_worse_than` (default: the SFT-only warm
+   start): refused when that method's 95% Wilson lower bound is above the candidate's accuracy, so
+   a GRPO run that undid its warm start does not ship (skipped, with a note, when not evaluated);
 4. with a champion, **at least as accurate**: `candidate.accuracy >= champion.accuracy -
    accuracy_tolerance`, and **no more expensive than allowed**: `candidate.cost_mean <=
    max_cost_ratio * champion.cost_mean` (a champion that cost nothing admits only a candidate that
@@ -43,8 +46,11 @@ True
 >>> print(first.summary)
 not promoted: trained solved no task: 0.0% [0.0, 3.7] on 100 tasks; trained 0.0% [0.0, 3.7] does not beat prompted 10.0% [4.3, 21.4] (rule interval: the lower bound 0.0% must exceed 10.0% + margin 0.0 pts); trained 0.0% [0.0, 3.7] does not beat random_router 20.0% [11.2, 33.0] (rule interval: the lower bound 0.0% must exceed 20.0% + margin 0.0 pts)
 >>> decide(Scores(accuracy=0.4, cost_mean=0.01, n=50), None, GateConfig(), baselines={"prompted": base["prompted"]}
-...        ).checks[-1].reason
+...        ).checks[-2].reason
 'baseline random_router is not in the evaluation: run it (evaluate.methods) or drop it from promote.gate.baselines'
+>>> undone = {**base, "sft_only": Scores(accuracy=0.66, cost_mean=0.01, n=50)}
+>>> print(decide(Scores(accuracy=0.40, cost_mean=0.01, n=50), None, GateConfig(), baselines=undone).summary)
+not promoted: candidate 40.0% [27.6, 53.8] is clearly worse than sft_only 66.0% [52.2, 77.6] (its lower bound 52.2% must not exceed 40.0%)
 """
 
 from __future__ import annotations
@@ -70,6 +76,10 @@ class GateConfig(BaseModel):
     baselines: list[str] = Field(["prompted", "random_router"],
                                  description="methods of the evaluation every promotion must beat on accuracy")
     min_margin: float = Field(0.0, ge=0.0, le=1.0, description="accuracy the candidate must beat each baseline by")
+    not_worse_than: list[str] = Field(["sft_only"], description=(
+        "methods the candidate must not be clearly worse than: refused when the method's 95% Wilson lower "
+        "bound is above the candidate's accuracy (the SFT-only warm start: GRPO must not undo it); a method "
+        "the evaluation did not run is skipped, with a note"))
     rule: Literal["point", "interval"] = Field(
         "interval", description="point: accuracy > baseline + margin; interval: the candidate's 95% Wilson lower "
                                 "bound > baseline + margin")
@@ -180,6 +190,21 @@ def baseline_check(name: str, candidate: Scores, baseline: Scores | None, config
         f"{100 * value:.1f}% must exceed {100 * baseline.accuracy:.1f}% + margin {100 * config.min_margin:.1f} pts)"))
 
 
+def regression_check(name: str, candidate: Scores, reference: Scores | None, *,
+                     candidate_name: str = "candidate") -> Check:
+    """Is the candidate not clearly worse than `reference` (its lower bound at most the candidate's
+    accuracy)? A lead within the reference's own uncertainty is not held against the candidate."""
+    check = f"not_worse_than:{name}"
+    if reference is None:
+        return Check(name=check, passed=True, reason=f"{name} is not in the evaluation: not compared")
+    low = reference.accuracy_ci_low or 0.0
+    passed = candidate.accuracy >= low - 1e-12
+    verb = "is not clearly worse than" if passed else "is clearly worse than"
+    return Check(name=check, passed=passed, reason=(
+        f"{candidate_name} {candidate.shown} {verb} {name} {reference.shown} (its lower bound {100 * low:.1f}% "
+        f"must not exceed {100 * candidate.accuracy:.1f}%)"))
+
+
 def decide(candidate: Scores, champion: Scores | None, config: GateConfig, *,
            baselines: Mapping[str, Scores] | None = None, name: str = "candidate") -> Decision:
     """The gate's decision with one check per rule (module docstring). `baselines` holds the
@@ -202,6 +227,8 @@ def decide(candidate: Scores, champion: Scores | None, config: GateConfig, *,
                       f"vs floor {config.min_format_valid_rate:.3f}")),
     ]
     checks += [baseline_check(b, candidate, baselines.get(b), config, candidate_name=name) for b in config.baselines]
+    checks += [regression_check(r, candidate, baselines.get(r), candidate_name=name) for r in config.not_worse_than
+               if r != name]
     if champion is None:
         return Decision(promote=all(c.passed for c in checks), checks=checks, first_promotion=True)
     need = champion.accuracy - config.accuracy_tolerance

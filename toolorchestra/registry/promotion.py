@@ -135,7 +135,7 @@ def _baseline_scores(summary: dict[str, Any], gate: GateConfig) -> dict[str, Sco
     """The gate's baselines that the report evaluated (on every benchmark the gate reads); the
     gate refuses, with the reason, when one is missing."""
     out = {}
-    for name in gate.baselines:
+    for name in [*gate.baselines, *gate.not_worse_than]:
         if name not in summary:
             continue
         try:

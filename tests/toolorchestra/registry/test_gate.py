@@ -51,7 +51,7 @@ def test_first_promotion_needs_the_floors_and_the_baselines():
     first = decide(scores(accuracy=0.4, cost=5.0), None, GateConfig())
     assert first.promote and first.first_promotion and first.reasons[0] == "first promotion: there is no champion yet"
     assert [c.name for c in first.checks] == ["solves_tasks", "min_accuracy", "min_format_valid_rate",
-                                              "beats:prompted", "beats:random_router"]
+                                              "beats:prompted", "beats:random_router", "not_worse_than:sft_only"]
     assert first.summary.startswith("promoted to champion: candidate 40.0% [26.3, 55.4] beats prompted 5.0% [")
     floored = decide(scores(accuracy=0.1, valid=0.5), None, GateConfig(min_accuracy=0.2, min_format_valid_rate=0.9,
                                                                           baselines=[]))
@@ -139,3 +139,15 @@ def test_pooled_scores_weight_benchmarks_by_tasks():
     assert pooled_scores(per, ["a"]).accuracy == 1.0
     with pytest.raises(KeyError, match="not in the evaluation"):
         pooled_scores(per, ["c"])
+
+
+def test_a_candidate_clearly_below_its_warm_start_is_refused_and_one_within_noise_is_not():
+    """The demo's GRPO step took 45.2% (SFT only) to 38.4% on 73 tasks: within the warm start's
+    interval, so not held against it; a candidate below that interval's lower bound is refused."""
+    base = {"prompted": scores(accuracy=0.0), "random_router": scores(accuracy=0.04)}
+    warm = scores(accuracy=0.452, n=73)
+    within = decide(scores(accuracy=0.384, n=73), None, GateConfig(), baselines={**base, "sft_only": warm})
+    assert within.promote and any("is not clearly worse than sft_only" in r for r in within.reasons)
+    below = decide(scores(accuracy=0.25, n=73), None, GateConfig(), baselines={**base, "sft_only": warm})
+    assert not below.promote and below.failed == ["not_worse_than:sft_only"]
+    assert decide(scores(accuracy=0.25, n=73), None, GateConfig(not_worse_than=[]), baselines=base).promote
