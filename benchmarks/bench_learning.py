@@ -83,6 +83,31 @@ def synthesize(root: Path, *, tasks: int, seed: int) -> Path:
     return root
 
 
+def tool_use_setup(prefix: str, *, tasks: int, max_turns: int, max_tokens: int, model: Path | None) -> Any:
+    """The rollout setting of bench_train_gpu.py and bench_rollouts.py: a scratch workspace,
+    `synthesize`d tasks, tool-use training instances over the domain tools only (no catalog
+    tools) and their environment. Returns (model folder, instances, environment, scratch folder)."""
+    import tempfile
+
+    from toolorchestra.core.settings import Settings
+    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.llm.smollm2 import ensure_converted
+    from toolorchestra.preferences.assemble import build_instances
+    from toolorchestra.tools.catalog import load_embedded_catalog
+
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    settings = Settings(workspace=REPO, state_dir=scratch / "state")
+    model_dir = model or ensure_converted(Settings(workspace=REPO).models_cache)
+    root = synthesize(scratch / "validated", tasks=tasks, seed=0)
+    catalog = load_embedded_catalog().subset([])
+    instances = [i for i in build_instances(root, catalog, include_policy=False, min_catalog_tools=0,
+                                            eval_task_fraction=0.0, seed=0)["train"] if i.kind == "tool_use"]
+    env = RolloutEnvironment(catalog, settings, DomainLocator([root]),
+                             EpisodeConfig(max_turns=max_turns, max_tokens=max_tokens, max_domain_tools=4))
+    return model_dir, instances, env, scratch
+
+
 # ------------------------------------------------------------------------------ sizes
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,30 +53,17 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_learning import synthesize  # this script's folder is on sys.path
+    from bench_learning import tool_use_setup  # this script's folder is on sys.path
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from toolorchestra.core.settings import Settings
-    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
-    from toolorchestra.episodes.instance import DomainLocator
-    from toolorchestra.llm.smollm2 import ensure_converted
-    from toolorchestra.preferences.assemble import build_instances
     from toolorchestra.rl.llamacpp_rollouts import LlamaCppRollouts
     from toolorchestra.rl.transcript import RolloutPolicy
-    from toolorchestra.tools.catalog import load_embedded_catalog
 
-    root = Path(__file__).resolve().parents[1]
-    scratch = Path(tempfile.mkdtemp(prefix="bench-rollouts-"))
-    settings = Settings(workspace=root, state_dir=scratch / "state")
-    model_dir = args.model or ensure_converted(Settings(workspace=root).models_cache)
-    tasks = synthesize(scratch / "validated", tasks=max(12, args.groups * 2), seed=0)
-    catalog = load_embedded_catalog().subset([])
-    pool = [i for i in build_instances(tasks, catalog, include_policy=False, min_catalog_tools=0,
-                                       eval_task_fraction=0.0, seed=0)["train"] if i.kind == "tool_use"]
+    model_dir, pool, env, scratch = tool_use_setup("bench-rollouts-", tasks=max(12, args.groups * 2),
+                                                      max_turns=args.max_turns, max_tokens=args.max_tokens,
+                                                      model=args.model)
     chosen = pool[: args.groups]
     instances = [i for i in chosen for _ in range(args.generations)]  # grouped, as TRL hands them over
-    env = RolloutEnvironment(catalog, settings, DomainLocator([tasks]),
-                             EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens, max_domain_tools=4))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

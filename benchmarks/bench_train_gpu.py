@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,29 +50,16 @@ def main() -> int:
         print("skipped: no CUDA device (this benchmark needs one GPU)")
         return 0
 
-    # the task synthesis of bench_learning (this script's folder is on sys.path)
-    from bench_learning import synthesize
+    # the tasks and environment of bench_learning (this script's folder is on sys.path)
+    from bench_learning import tool_use_setup
     from transformers import AutoTokenizer, TrainerCallback
 
-    from toolorchestra.core.settings import Settings
-    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
-    from toolorchestra.episodes.instance import DomainLocator
-    from toolorchestra.llm.smollm2 import ensure_converted
-    from toolorchestra.preferences.assemble import build_instances
     from toolorchestra.rl.config import GRPOSettings
     from toolorchestra.rl.trl_backend import build_grpo_trainer
-    from toolorchestra.tools.catalog import load_embedded_catalog
 
-    root = Path(__file__).resolve().parents[1]
-    scratch = Path(tempfile.mkdtemp(prefix="bench-train-gpu-"))
-    settings = Settings(workspace=root, state_dir=scratch / "state")
-    model_dir = args.model or ensure_converted(Settings(workspace=root).models_cache)
-    tasks = synthesize(scratch / "validated", tasks=max(24, args.groups * 2), seed=0)
-    catalog = load_embedded_catalog().subset([])
-    instances = [i for i in build_instances(tasks, catalog, include_policy=False, min_catalog_tools=0,
-                                            eval_task_fraction=0.0, seed=0)["train"] if i.kind == "tool_use"]
-    env = RolloutEnvironment(catalog, settings, DomainLocator([tasks]),
-                             EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens, max_domain_tools=4))
+    model_dir, instances, env, scratch = tool_use_setup("bench-train-gpu-", tasks=max(24, args.groups * 2),
+                                                           max_turns=args.max_turns, max_tokens=args.max_tokens,
+                                                           model=args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     grpo = GRPOSettings(steps=args.steps + 1, num_generations=args.generations, prompts_per_step=args.groups,

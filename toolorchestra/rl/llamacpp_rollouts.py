@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.fs import replace_path
-from toolorchestra.llm.base import Completion, LLMError, Usage, tools_by_row
+from toolorchestra.llm.base import Completion, LLMError
 from toolorchestra.llm.gguf_export import GGUFWeights, convert
 from toolorchestra.rl.transcript import RolloutPolicy
 
@@ -42,11 +42,7 @@ class LlamaCppRolloutPolicy(RolloutPolicy):
                    seed=None) -> list[Completion]:
         if not batch:
             return []
-        for messages, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True):
-            binding = self._binding(messages)
-            if binding.tools is None and specs:
-                binding.tools = specs
-        contexts = [self.context(m) for m in batch]
+        contexts = self.row_contexts(batch, tools, tools_per_row)
         # A seed per row, drawn in row order (before reordering), so a rerun samples the same.
         seeds = [self._seeds.randrange(2**31) if temperature > 0 else None for _ in batch]
         completions: list[Completion | None] = [None] * len(batch)
@@ -58,11 +54,7 @@ class LlamaCppRolloutPolicy(RolloutPolicy):
                                                        stop_at_close=True, seed=seeds[i])
             except RuntimeError as exc:
                 raise LLMError(f"rollout generation on llama.cpp failed: {exc}") from exc
-            self._binding(batch[i]).sampled.append(new)
-            completions[i] = Completion(
-                text=self.tokenizer.decode(new, skip_special_tokens=True).strip(), model=self.model,
-                finish_reason=finish, usage=Usage(prompt_tokens=len(contexts[i]), completion_tokens=len(new)),
-                latency_s=time.perf_counter() - started)
+            completions[i] = self.record(batch[i], contexts[i], new, finish, time.perf_counter() - started)
         return [c for c in completions if c is not None]
 
 

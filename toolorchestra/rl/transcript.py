@@ -197,6 +197,22 @@ class RolloutPolicy(BatchLLM):
         binding = self._binding(messages)
         return self.encoder.encode(messages, binding.tools, sampled=binding.sampled, generation_prompt=True).ids
 
+    def row_contexts(self, batch: list[list[Message]], tools: Any, tools_per_row: Any) -> list[list[int]]:
+        """Each row's token-exact context, its binding taking the row's tool specs on first use."""
+        for messages, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True):
+            binding = self._binding(messages)
+            if binding.tools is None and specs:
+                binding.tools = specs
+        return [self.context(m) for m in batch]
+
+    def record(self, messages: list[Message], context: list[int], new: list[int], finish: str,
+               latency_s: float) -> Completion:
+        """Keep the ids sampled for `messages`' turn and return the loop's view of the reply."""
+        self._binding(messages).sampled.append(new)
+        return Completion(text=self.tokenizer.decode(new, skip_special_tokens=True).strip(), model=self.model,
+                          finish_reason=finish, usage=Usage(prompt_tokens=len(context), completion_tokens=len(new)),
+                          latency_s=latency_s)
+
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None) -> list[Completion]:
         import torch
@@ -206,12 +222,7 @@ class RolloutPolicy(BatchLLM):
 
         if not batch:
             return []
-        row_tools = tools_by_row(batch, tools, tools_per_row)
-        for messages, specs in zip(batch, row_tools, strict=True):
-            binding = self._binding(messages)
-            if binding.tools is None and specs:
-                binding.tools = specs
-        contexts = [self.context(m) for m in batch]
+        contexts = self.row_contexts(batch, tools, tools_per_row)
         width = max(len(c) for c in contexts)
         device = next(self.lm.parameters()).device
         input_ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
@@ -243,18 +254,10 @@ class RolloutPolicy(BatchLLM):
         elapsed = time.perf_counter() - started
         rows = [self._cut(out[row, width:].tolist()) for row in range(len(contexts))]
         longest = max((len(r[0]) for r in rows), default=1) or 1
-        completions = []
-        for messages, ctx, (new, finish) in zip(batch, contexts, rows, strict=True):
-            self._binding(messages).sampled.append(new)
-            text = self.tokenizer.decode(new, skip_special_tokens=True)
-            completions.append(Completion(
-                text=text.strip(), model=self.model, finish_reason=finish,
-                usage=Usage(prompt_tokens=len(ctx), completion_tokens=len(new)),
-                # One batched generate serves every row: a row is charged the share of the wall
-                # time its own tokens took, so a shorter reply is a faster one.
-                latency_s=elapsed * len(new) / longest,
-            ))
-        return completions
+        # One batched generate serves every row: a row is charged the share of the wall time its
+        # own tokens took, so a shorter reply is a faster one.
+        return [self.record(messages, ctx, new, finish, elapsed * len(new) / longest)
+                for messages, ctx, (new, finish) in zip(batch, contexts, rows, strict=True)]
 
     def _cut(self, new: list[int]) -> tuple[list[int], str]:
         """The ids this row actually sampled: through its eos, or through the `</tool_call>` that

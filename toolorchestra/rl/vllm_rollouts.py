@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.llm.base import Completion, LLMError, Usage, tools_by_row
+from toolorchestra.llm.base import Completion, LLMError
 from toolorchestra.llm.hermes import CLOSE
 from toolorchestra.rl.transcript import RolloutPolicy
 
@@ -38,11 +38,7 @@ class VLLMRolloutPolicy(RolloutPolicy):
 
         if not batch:
             return []
-        for messages, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True):
-            binding = self._binding(messages)
-            if binding.tools is None and specs:
-                binding.tools = specs
-        contexts = [self.context(m) for m in batch]
+        contexts = self.row_contexts(batch, tools, tools_per_row)
         params = [SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=self.top_p,
                                  stop=[CLOSE], include_stop_str_in_output=True,
                                  stop_token_ids=[self.encoder.eos_id],
@@ -57,14 +53,9 @@ class VLLMRolloutPolicy(RolloutPolicy):
         elapsed = time.perf_counter() - started
         rows = [self._cut(list(out.outputs[0].token_ids)) for out in outputs]
         longest = max((len(r[0]) for r in rows), default=1) or 1
-        completions = []
-        for messages, ctx, (new, finish) in zip(batch, contexts, rows, strict=True):
-            self._binding(messages).sampled.append(new)
-            completions.append(Completion(
-                text=self.tokenizer.decode(new, skip_special_tokens=True).strip(), model=self.model,
-                finish_reason=finish, usage=Usage(prompt_tokens=len(ctx), completion_tokens=len(new)),
-                latency_s=elapsed * len(new) / longest))  # one batched call: each row's share, as RolloutPolicy
-        return completions
+        # one batched call: each row is charged its tokens' share, as in RolloutPolicy
+        return [self.record(messages, ctx, new, finish, elapsed * len(new) / longest)
+                for messages, ctx, (new, finish) in zip(batch, contexts, rows, strict=True)]
 
 
 class VLLMRollouts:
