@@ -1,12 +1,13 @@
 """GRPO rollouts on llama.cpp: the policy being trained, exported to GGUF once per step.
 
-On the CPU, generation and not the optimiser step is what a GRPO step waits for: transformers'
-`generate` re-runs a padded batch through PyTorch for every new token, while llama.cpp decodes a
-135M model several times faster and never encodes a shared prefix twice (the four rollouts of a
-group share their whole prompt). The weights change every step, so each step starts by writing
+Why: transformers' `generate` re-runs a padded batch through PyTorch for every new token and
+re-encodes every shared prompt, while llama.cpp never encodes a prefix twice (the four rollouts of
+a group share their whole prompt). The weights change every step, so each step starts by writing
 the live weights to a GGUF file (`gguf_export.convert` with the model's `state_dict`: no
-safetensors round trip, no hashing) and loading it; for SmolLM2-135M at f16 that costs a few
-seconds, measured against the rollout time it saves by `benchmarks/bench_train.py --rollouts`.
+safetensors round trip, no hashing) and loading it: ~1.5-2 s for SmolLM2-135M. Measured on two
+CPU cores by `benchmarks/bench_rollouts.py`: the rollout phase x1.65 (1 thread, f16) to x2.5
+(2 threads, q8_0), the export included; there the step's optimisation, not its rollouts, is the
+larger part of a GRPO step.
 
 Token exactness is kept: contexts are rendered and tokenized by `TranscriptEncoder` exactly as in
 the transformers path (`RolloutPolicy.context`), llama.cpp generates from those ids, and the ids it
