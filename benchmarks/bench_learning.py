@@ -482,7 +482,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     from toolorchestra.evaluation.report import pareto_plot
     from toolorchestra.evaluation.router import EmbeddingRouter, RoutedPolicy
     from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
-    from toolorchestra.llm.config import as_engine, build_llm, on_engine
+    from toolorchestra.llm.config import as_engine, catalog_llms
     from toolorchestra.llm.smollm2 import NAME, ensure_converted
     from toolorchestra.preferences.assemble import AssemblyConfig, assemble
     from toolorchestra.preferences.grammar import generate_grammar_pairs
@@ -559,8 +559,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         raise ConfigError(None, f"held-out items were trained on: {overlap[:3]}", key="benchmarks")
 
     # 2. training
-    def llm_for(alias: str) -> Any:
-        return build_llm(on_engine(catalog.models[alias].backend, engine), settings)
+    llm_for = catalog_llms(catalog.models, engine, settings)
 
     episode = EpisodeConfig(max_turns=sizes.max_turns, max_tokens=sizes.max_tokens, max_domain_tools=3,
                             max_observation_chars=300)

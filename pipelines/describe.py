@@ -83,7 +83,7 @@ def describe(params: Params, *, catalog_path: Path, tasks_path: Path, out_path: 
     With `search_corpus` (the pipeline's records as documents), local search indexes it, so the
     measured lookup accuracy and the catalog the later stages use refer to the synthesized data.
     """
-    from toolorchestra.llm.config import build_llm, on_engine
+    from toolorchestra.llm.config import build_llm, catalog_llms, on_engine
 
     catalog = load_catalog(catalog_path)
     if search_corpus is not None:
@@ -96,8 +96,7 @@ def describe(params: Params, *, catalog_path: Path, tasks_path: Path, out_path: 
                               f"known: {sorted(catalog.models)}", key="describe.summarizer")
         summarizer = build_llm(on_engine(catalog.models[params.summarizer].backend, params.engine), settings)
     if llm_for is None:
-        def llm_for(alias: str) -> Any:
-            return build_llm(on_engine(catalog.models[alias].backend, params.engine), settings)
+        llm_for = catalog_llms(catalog.models, params.engine, settings)
 
     try:
         described, measurement = describe_catalog(catalog, pool, settings, params.config(), llm_for=llm_for,

@@ -145,7 +145,7 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     from toolorchestra.evaluation.report import headline_metrics, write_report
     from toolorchestra.evaluation.runner import EvalConfig, evaluate
     from toolorchestra.evaluation.traces import EpisodeTracer
-    from toolorchestra.llm.config import as_engine, build_llm, on_engine
+    from toolorchestra.llm.config import as_engine, catalog_llms
     from toolorchestra.registry.policy import champion_to_compare, load_candidate
 
     settings = paths.settings
@@ -160,8 +160,7 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
                               f"{[t.name for t in catalog.tools]}", key="evaluate.tools")
         catalog = catalog.subset(params.tools)
 
-    def llm_for(alias: str) -> Any:
-        return build_llm(on_engine(catalog.models[alias].backend, params.engine), settings)
+    llm_for = catalog_llms(catalog.models, params.engine, settings)
 
     train_ids = training_task_ids(paths.deps.get("dataset"))
     benchmarks = build_benchmarks(

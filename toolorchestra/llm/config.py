@@ -9,8 +9,9 @@ parameter into the config of a local model, so stages choose the engine by confi
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -106,6 +107,15 @@ def _model_folder(model: str, settings: Settings) -> Path:
 
 _cache: dict[tuple, LLM] = {}
 _cache_lock = threading.Lock()
+
+
+def catalog_llms(models: Mapping[str, Any], engine: LocalEngine | None, settings: Settings) -> Callable[[str], LLM]:
+    """`llm_for(alias)` over a catalog's models (alias -> entry with a `backend`), each local model
+    on a stage's `engine` (None: as the catalog says)."""
+    def llm_for(alias: str) -> LLM:
+        return build_llm(on_engine(models[alias].backend, engine), settings)
+
+    return llm_for
 
 
 def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, settings: Settings) -> LLM:

@@ -197,10 +197,9 @@ def train_trl(
     bf16 = use_bf16(config, device)
     base = resolve_model_folder(config.init_from or config.base_model, settings)
     if llm_for is None and config.engine is not None:
-        from toolorchestra.llm.config import build_llm, on_engine
+        from toolorchestra.llm.config import catalog_llms
 
-        def llm_for(alias: str) -> Any:
-            return build_llm(on_engine(catalog.models[alias].backend, config.engine), settings)
+        llm_for = catalog_llms(catalog.models, config.engine, settings)
     env = RolloutEnvironment(catalog, settings, domains, config.episode, llm_for=llm_for)
     work = work_folder(config, instances, catalog, settings)
     work.mkdir(parents=True, exist_ok=True)
