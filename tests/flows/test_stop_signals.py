@@ -96,7 +96,11 @@ def test_ctrl_c_and_sigterm_stop_the_run_within_seconds(workspace, how, send, co
 
 
 def test_sigkill_of_the_main_process_leaves_no_child_running(workspace):
+    before = len(runs(workspace)) if (workspace / ".orchestra" / "mlflow.db").exists() else 0
     proc, out, _, mark = run_and_stop(workspace, lambda p: os.kill(p.pid, signal.SIGKILL))
     assert proc.returncode == -signal.SIGKILL
     assert_nothing_left(workspace, mark)
-    assert runs(workspace)[-1] == ("retrain", "KILLED")
+    # This invocation's runs (the flow's and, when it had started, its stage's): all KILLED. Not
+    # `runs[-1]`: whether the stage's run starts before the kill depends on the machine's load.
+    new = runs(workspace)[before:]
+    assert ("retrain", "KILLED") in new and all(s == "KILLED" for _, s in new), new
