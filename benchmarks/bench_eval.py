@@ -135,8 +135,8 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
         results[label] = {"seconds": seconds, "episodes": episodes, "outcomes": outcomes(run),
                           "accuracy": {k: v["overall"].accuracy for k, v in run.summary.items()}}
         extra = ""
-        if hasattr(policy, "cache"):
-            extra = (f", prompt tokens decoded {policy.prompt_tokens_encoded}, prefix-cache hits {policy.cache.hits}")
+        if hasattr(policy, "prompt_tokens_encoded"):
+            extra = f", prompt tokens decoded {policy.prompt_tokens_encoded}"
         print(f"{label} ({engine.kind}): {episodes} episodes in {seconds:6.1f}s = {episodes / seconds:.3f} "
               f"episodes/s, accuracy {results[label]['accuracy']}{extra}", flush=True)
     old, new = results["old"], results["new"]

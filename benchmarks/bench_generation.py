@@ -115,11 +115,11 @@ def main() -> None:
                "llamacpp": build_llm(LlamaCppLLMConfig(model=args.model, weights=args.weights), settings)}
     print(f"{args.model}: {args.prompts} chats, {len(specs)} tool schemas, max_tokens={args.max_tokens}, "
           f"GGUF {args.weights}; torch threads {torch.get_num_threads()}, llama.cpp threads "
-          f"{engines['llamacpp'].llama.n_threads}, load average {os.getloadavg()[0]:.1f}")
+          f"{engines['llamacpp'].n_threads} (n_parallel {engines['llamacpp'].n_parallel}), load average {os.getloadavg()[0]:.1f}")
     figures = {}
     for name, llm in engines.items():
         llm.chat(batch[0], tools=specs, max_tokens=2)  # warm-up (allocations, first-call costs)
-        reset = llm.llama.reset if name == "llamacpp" else (lambda: None)
+        reset = llm.reset if name == "llamacpp" else (lambda: None)
         figures[name] = run_engine(llm, batch, specs, args.max_tokens, reset)
         shown = {k: round(v, 1) for k, v in figures[name].items() if not k.startswith("texts")}
         print(f"{name:>12}: {shown}", flush=True)

@@ -71,6 +71,8 @@ class Params(StageParams):
     episode: EpisodeConfig = EpisodeConfig(max_turns=3, max_tokens=64)
     prompt: PromptConfig = PromptConfig()
     batch_size: int = Field(16, ge=1, le=4_096)
+    method_workers: int = Field(1, ge=1, le=16, description="methods evaluated at once (one core each on "
+                                "llama.cpp's one-thread engines)")
     adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
     judge: JudgeConfig = JudgeConfig()
     tools: list[str] | None = Field(None, description="catalog tools every method is offered (None: all)")
@@ -183,7 +185,8 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
         methods.append(_sft_only(warm_start, params, settings, catalog))
     judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
-                        seed=params.seed, adherence_margin=params.adherence_margin)
+                        method_workers=params.method_workers, seed=params.seed,
+                        adherence_margin=params.adherence_margin)
     tracer = EpisodeTracer.for_active_run() if params.traces else None
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
                       llm_for=llm_for, progress=log.info, on_episode=tracer)

@@ -25,6 +25,7 @@ simulator), as in training.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,8 @@ class EvalConfig(BaseModel):
     seed: int = 0
     adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
     judge_workers: int = Field(4, ge=1, le=256)
+    method_workers: int = Field(1, ge=1, le=16, description="methods evaluated at once (one core each on "
+                                "llama.cpp's one-thread engines; experts they share batch their calls)")
 
 
 class _Domains(DomainLocator):
@@ -205,10 +208,11 @@ def evaluate(
     domains = _Domains(domain_folders(benchmarks), domain_roots)
     items = [item for bench in benchmarks for item in bench.items]
     runs = _runs(items)
-    records: list[TaskRecord] = []
-    seconds: dict[str, float] = {}
-    for method in methods:
+    hooks = threading.Lock()  # progress and on_episode are called one at a time, whichever thread runs
+
+    def one_method(method: Method) -> tuple[list[TaskRecord], float]:
         started = time.perf_counter()
+        records: list[TaskRecord] = []
         episode = config.episode.model_copy(update={"policy_alias": method.policy_alias})
         env = RolloutEnvironment(catalog, settings, domains, episode, llm_for=llm_for)
         tools = method.offered(catalog)
@@ -219,12 +223,24 @@ def evaluate(
             pending = [(_record(method, item, variant, inst, rollout), inst, rollout)
                        for ((item, variant), inst), rollout in zip(chunk, rollouts, strict=True)]
             _judge(records, pending, judge, config.judge_workers)
-            for record, _, _ in pending if on_episode is not None else ():
-                on_episode(record)
-        seconds[method.name] = time.perf_counter() - started
-        if progress is not None:
-            progress(f"{method.name}: {len(runs)} episodes in {seconds[method.name]:.1f}s")
-        log.info("evaluated %s on %d episodes in %.1fs", method.name, len(runs), seconds[method.name])
+            with hooks:
+                for record, _, _ in pending if on_episode is not None else ():
+                    on_episode(record)
+        took = time.perf_counter() - started
+        with hooks:
+            if progress is not None:
+                progress(f"{method.name}: {len(runs)} episodes in {took:.1f}s")
+            log.info("evaluated %s on %d episodes in %.1fs", method.name, len(runs), took)
+        return records, took
+
+    if config.method_workers == 1:  # in this thread: Ctrl-C stops it at once
+        results = [one_method(method) for method in methods]
+    else:  # records still come out in method order
+        with ThreadPoolExecutor(max_workers=min(config.method_workers, len(methods)),
+                                thread_name_prefix="orchestra-eval") as pool:
+            results = list(pool.map(one_method, methods))
+    records = [record for method_records, _ in results for record in method_records]
+    seconds = {method.name: took for method, (_, took) in zip(methods, results, strict=True)}
     run = EvalRun(benchmarks=list(benchmarks), methods=list(methods), records=records,
                   summary=summarize(records, margin=config.adherence_margin), seconds=seconds, config=config)
     run.check_identical_tasks()

@@ -108,11 +108,13 @@ class LLM(ABC):
         """Several independent chats; backends that can batch override this.
 
         `tools_per_row` gives each chat its own tool schemas (episodes with different tool sets);
-        otherwise `tools` applies to all.
+        otherwise `tools` applies to all. With a `seed`, rows of the same chat sample differently
+        (here row i uses `seed + i`) and a rerun repeats them.
         """
         return [
-            self.chat(m, tools=specs, max_tokens=max_tokens, temperature=temperature, seed=seed)
-            for m, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True)
+            self.chat(m, tools=specs, max_tokens=max_tokens, temperature=temperature,
+                      seed=None if seed is None else seed + i)
+            for i, (m, specs) in enumerate(zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True))
         ]
 
 

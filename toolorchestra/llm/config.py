@@ -39,10 +39,10 @@ class LlamaCppLLMConfig(BaseModel):
     kind: Literal["llamacpp"] = "llamacpp"
     model: str = "smollm2-135m-instruct"
     weights: Literal["f32", "f16", "q8_0"] = "f16"
-    n_ctx: int = Field(8192, ge=256, description="context tokens (prompt + reply)")
+    n_ctx: int = Field(16384, ge=256, description="KV cells shared by the live sequences (one prompt + reply fits)")
     n_batch: int = Field(512, ge=8, description="prompt tokens decoded per llama.cpp batch")
     n_threads: int = Field(1, ge=1, description="llama.cpp threads; more than the free cores stall (see llamacpp.py)")
-    prefix_cache_mib: int = Field(1024, ge=0, description="saved KV states for prompt-prefix reuse; 0: off")
+    n_parallel: int = Field(16, ge=1, le=64, description="chats of a batch decoded together")
 
 
 class OpenAILLMConfig(BaseModel):
@@ -142,7 +142,7 @@ def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, sett
             folder = _model_folder(config.model, settings)
             llm = LlamaCppLLM(ensure_gguf(folder, settings.models_cache, weights=config.weights), folder,
                               name=config.model, n_ctx=config.n_ctx, n_batch=config.n_batch,
-                              n_threads=config.n_threads, prefix_cache_mib=config.prefix_cache_mib)
+                              n_threads=config.n_threads, n_parallel=config.n_parallel)
         else:
             from toolorchestra.llm.openai_backend import OpenAILLM
 

@@ -1,4 +1,5 @@
-"""A GGUF model through llama.cpp (`llama-cpp-python`) as a chat backend: fixed-weight work on the CPU.
+"""A GGUF model through llama.cpp (`llama-cpp-python`'s C API) as a chat backend: fixed-weight work on
+the CPU, many sequences decoded together.
 
 Same contract as the transformers engine (`local.LocalLLM`), so an episode cannot tell them apart:
 the prompt is rendered by the same tools-aware chat template and tokenized by the checkpoint's own
@@ -7,17 +8,21 @@ stops at `<|im_end|>`/eos or right after a complete `</tool_call>` (decoded over
 tokens, as `StopAfterText` does), and `usage` counts the prompt's tokens and the new ones up to and
 including the stop token.
 
-Speed comes from never encoding a prefix twice: rows of a batch run in prompt order, so episodes
-sharing a system prompt (tool schemas, prices, policy) follow each other and llama.cpp's in-context
-prefix match keeps that part of the KV cache; a `PrefixCache` of saved KV states brings back each
-episode's previous turn (prompt + reply) when other episodes ran in between. Rows are generated one
-after the other in one context: on two cores the matrix-vector work of one sequence already uses
-both (llama-cpp-python's high-level API has one sequence per context).
+Why the C API and not `Llama.generate`: the high-level class holds one sequence per context, so a
+batch of N chats costs N times one chat. Decoding one token of a 135M model is memory-bound (every
+weight is read for one row), so one `llama_decode` over N sequences' next tokens costs little more
+than over one: rows of a `chat_batch` are decoded in lockstep, `n_parallel` at a time.
+
+Prefixes are never encoded twice: the context's KV cache is unified and keeps the sequences of
+earlier calls (least recently used evicted when a decode finds no room). A new prompt starts from
+the live sequence that shares its longest prefix (`llama_memory_seq_cp` shares those cells, it
+does not copy them): the system prompt and tool schemas of a domain are encoded once, and an
+episode's next turn encodes only the reply and observation that are new. Flash attention skips the
+cells masked out for a sequence, so other sequences' cells cost little attention time.
 
 Threads: llama.cpp's workers spin-wait at every operation's barrier, so a thread more than the free
 cores stalls them all; on the shared two-core machine 2 threads ran at 0.8 new tokens/s and 1 thread
-at 19 (SmolLM2 f16, other jobs running). The default is 1 (llama-cpp-python's own default on two
-cores); raise `n_threads` on an idle machine with more cores.
+at 19 (SmolLM2 f16, other jobs running). The default is 1; raise `n_threads` on an idle machine.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from __future__ import annotations
 import atexit
 import threading
 import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +39,70 @@ from toolorchestra.core.errors import ConfigError
 from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, tools_by_row
 from toolorchestra.llm.gguf_export import GGUFWeights
 from toolorchestra.llm.hermes import CLOSE
-from toolorchestra.llm.prefix_cache import PrefixCache
 
 STOP_WINDOW = 8
 """New tokens decoded to look for `</tool_call>` (as `local.StopAfterText`)."""
+NO_KV_SLOT = 1
+"""`llama_decode`'s return code when the KV cache has no room for the batch."""
+_backend_lock = threading.Lock()
+_backend_ready = False
+_log_callback: Any = None
+_LOG_ERROR = 4
+"""ggml's error level (llama-cpp-python's own log callback maps the levels of an older ggml, so it
+prints warnings such as "n_ctx_seq > n_ctx_train", which a unified multi-sequence cache always has)."""
+
+
+def _quiet_log(level: int, text: bytes, user_data: Any) -> None:
+    if level == _LOG_ERROR:
+        import sys
+
+        print(text.decode("utf-8", "replace"), end="", file=sys.stderr, flush=True)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class _Row:
+    """One prompt being generated: its sequence in the KV cache, sampler and new tokens."""
+
+    prompt: list[int]
+    stop_at_close: bool
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    seq: int = -1
+    sampler: Any = None
+    new: list[int] = field(default_factory=list)
+    finish: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class _Ticket:
+    """One caller's rows, waiting for the engine."""
+
+    rows: list[_Row]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
 
 
 class LlamaCppLLM(BatchLLM):
-    """Chat over a GGUF file, with the transformers tokenizer (and chat template) `tokenizer`: a folder or a loaded one."""
+    """Chat over a GGUF file, with the transformers tokenizer (and chat template) `tokenizer`: a folder or a loaded one.
+
+    `n_ctx`: KV cells shared by all sequences (one sequence may use them all); `n_parallel`: rows
+    decoded together; `n_batch`: prompt tokens per decode."""
 
     def __init__(self, gguf_file: str | Path, tokenizer: str | Path | Any, *, name: str | None = None,
-                 n_ctx: int = 8192, n_batch: int = 512, n_threads: int = 1,
-                 prefix_cache_mib: int = 1024) -> None:
-        from llama_cpp import Llama
+                 n_ctx: int = 16384, n_batch: int = 512, n_threads: int = 1, n_parallel: int = 16) -> None:
+        import llama_cpp
+        from llama_cpp import _internals
         from transformers import AutoTokenizer
 
         gguf_file = Path(gguf_file)
@@ -58,20 +116,45 @@ class LlamaCppLLM(BatchLLM):
         self.device = "cpu"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._c = llama_cpp
+        global _backend_ready, _log_callback
+        with _backend_lock:
+            if not _backend_ready:
+                _log_callback = llama_cpp.llama_log_callback(_quiet_log)  # kept referenced: C holds it
+                llama_cpp.llama_log_set(_log_callback, None)
+                llama_cpp.llama_backend_init()
+                _backend_ready = True
+        self.n_ctx, self.n_batch, self.n_threads = n_ctx, n_batch, n_threads
+        self.n_parallel = max(1, min(n_parallel, n_batch))
+        # Live sequences from earlier calls are kept for their prefixes; beyond this many, the
+        # least recently used one is dropped.
+        self.n_seq_max = min(llama_cpp.llama_max_parallel_sequences(), 4 * self.n_parallel)
         try:
-            self.llama = Llama(model_path=str(gguf_file), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                               n_threads=n_threads, n_threads_batch=n_threads, logits_all=False, verbose=False)
+            self._model = _internals.LlamaModel(path_model=str(gguf_file), params=llama_cpp.llama_model_default_params(),
+                                                verbose=False)
         except (ValueError, RuntimeError) as exc:  # llama.cpp reports a bad file as "Failed to load model"
             raise ConfigError(gguf_file, f"llama.cpp cannot load this GGUF: {exc}") from None
-        # Free the model before interpreter teardown: llama-cpp-python's finalizer otherwise runs
-        # after its ctypes bindings are gone and prints a TypeError at exit.
-        atexit.register(self.llama.close)
-        self.n_ctx = n_ctx
-        self.cache = PrefixCache(prefix_cache_mib << 20)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, n_batch
+        params.n_threads = params.n_threads_batch = n_threads
+        params.n_seq_max, params.kv_unified = self.n_seq_max, True
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        params.no_perf = True
+        self._ctx = _internals.LlamaContext(model=self._model, params=params, verbose=False)
+        self.max_sequence = min(n_ctx, self._model.n_ctx_train() or n_ctx)
+        """Tokens one sequence may hold: the context, and no more than the model was trained on."""
+        self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        # Free the native objects before interpreter teardown: their finalizers otherwise run after
+        # the ctypes bindings are gone and print a TypeError at exit.
+        atexit.register(self.close)
+        self._live: OrderedDict[int, list[int]] = OrderedDict()
+        """Sequence id -> the tokens its KV cells hold, least recently used first."""
         self.stop_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the engine: one batch at a time
+        self._waiting_lock = threading.Lock()
+        self._waiting: list[_Ticket] = []
         self.prompt_tokens_encoded = 0
-        """Prompt tokens actually decoded (the rest came from a cached prefix): for benchmarks."""
+        """Prompt tokens actually decoded (the rest came from a live sequence's prefix): for benchmarks."""
 
     @classmethod
     def from_local(cls, local: Any, cache_root: Path, *, weights: GGUFWeights = "f16", **kwargs: Any) -> LlamaCppLLM:
@@ -89,40 +172,181 @@ class LlamaCppLLM(BatchLLM):
             gguf = ensure_gguf(Path(tmp), cache_root, weights=weights)
         return cls(gguf, local.tokenizer, name=local.model, **kwargs)
 
+    def close(self) -> None:
+        """Free the context and model (idempotent)."""
+        for part in ("_batch", "_ctx", "_model"):
+            native = getattr(self, part, None)
+            if native is not None:
+                native.close()
+                setattr(self, part, None)
+
+    def reset(self) -> None:
+        """Forget every live sequence (a benchmark's cold start)."""
+        with self._lock:
+            self._c.llama_memory_clear(self._ctx.memory, True)
+            self._live.clear()
+
     def render(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> str:
         """The prompt text the model sees, ending with the assistant header (as `LocalLLM.render`)."""
         return self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
 
-    def generate_ids(self, prompt: list[int], *, max_tokens: int, temperature: float, stop_at_close: bool,
-                  seed: int | None) -> tuple[list[int], str]:
-        """(new tokens up to and including the stop token, finish reason) for one prompt."""
-        llm = self.llama
-        if len(prompt) + max_tokens > self.n_ctx:
-            raise LLMError(f"{self.model}: prompt of {len(prompt)} tokens + {max_tokens} new exceeds "
-                           f"the context of {self.n_ctx} tokens (raise n_ctx)")
-        shared = self.cache.restore_best(llm, prompt)
-        # generate() keeps the matching prefix and re-decodes at least the last prompt token.
-        self.prompt_tokens_encoded += len(prompt) - min(shared, len(prompt) - 1)
-        sampling: dict[str, Any] = {"temp": 0.0}
+    # KV bookkeeping -------------------------------------------------------------------------------
+
+    def _drop(self, seq: int) -> None:
+        self._c.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
+        del self._live[seq]
+
+    def _evict_one(self, pinned: set[int]) -> bool:
+        victim = next((s for s in self._live if s not in pinned), None)
+        if victim is None:
+            return False
+        self._drop(victim)
+        return True
+
+    def _place(self, row: _Row, pinned: set[int]) -> None:
+        """Give `row` a sequence holding the longest prefix of its prompt that a live one has (at
+        least the last prompt token is left to decode: its logits start the reply)."""
+        donor, shared = -1, 0
+        for seq, tokens in self._live.items():
+            n = common_prefix(tokens, row.prompt)
+            if n > shared:
+                donor, shared = seq, n
+        keep = min(shared, len(row.prompt) - 1)
+        free = set(range(self.n_seq_max)) - set(self._live)
+        while not free:
+            if not self._evict_one(pinned | {donor}):
+                raise LLMError(f"{self.model}: more rows than llama.cpp sequences ({self.n_seq_max})")
+            free = set(range(self.n_seq_max)) - set(self._live)
+        row.seq = min(free)
+        if keep > 0:
+            self._c.llama_memory_seq_cp(self._ctx.memory, donor, row.seq, 0, keep)
+        self._live[row.seq] = row.prompt[:keep]
+        pinned.add(row.seq)
+        if donor >= 0 and donor not in pinned and shared == len(self._live[donor]):
+            self._drop(donor)  # all it held is a prefix of the new sequence: nothing left to share
+        self.prompt_tokens_encoded += len(row.prompt) - keep
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]], pinned: set[int]) -> None:
+        """One `llama_decode` of (token, position, sequence, wants logits) entries; when the KV cache
+        is full, drop least recently used sequences outside `pinned` and try again."""
+        batch = self._batch.batch
+        batch.n_tokens = len(entries)
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        while True:
+            code = self._c.llama_decode(self._ctx.ctx, batch)
+            if code == 0:
+                return
+            if code != NO_KV_SLOT or not self._evict_one(pinned):
+                raise LLMError(f"llama.cpp decode with {self.model} failed (code {code}"
+                               + (f"; the {self.n_ctx} KV cells are full: raise n_ctx)" if code == NO_KV_SLOT else ")"))
+
+    def _sampler(self, temperature: float, seed: int | None) -> Any:
+        c = self._c
+        chain = c.llama_sampler_chain_init(c.llama_sampler_chain_default_params())
         if temperature > 0:
-            sampling = {"temp": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
-            if seed is not None:
-                llm.set_seed(seed)
-        new: list[int] = []
-        finish = "length"
-        for token in llm.generate(prompt, repeat_penalty=1.0, reset=True, **sampling):
-            new.append(int(token))
-            if token in self.stop_ids:
-                finish = "stop"
-                break
-            if stop_at_close and CLOSE in self.tokenizer.decode(new[-STOP_WINDOW:], skip_special_tokens=True):
-                finish = "stop"
-                break
-            if len(new) >= max_tokens:
-                break
-        self.cache.save(llm)
+            c.llama_sampler_chain_add(chain, c.llama_sampler_init_temp(temperature))
+            c.llama_sampler_chain_add(chain, c.llama_sampler_init_dist(c.LLAMA_DEFAULT_SEED if seed is None else seed))
+        else:
+            c.llama_sampler_chain_add(chain, c.llama_sampler_init_greedy())
+        return chain
+
+    def _take(self, row: _Row, index: int, started: float) -> None:
+        """Sample `row`'s next token from the logits at batch `index` and decide whether it stops."""
+        token = int(self._c.llama_sampler_sample(row.sampler, self._ctx.ctx, index))
+        row.new.append(token)
+        if token in self.stop_ids:
+            row.finish = "stop"
+        elif row.stop_at_close and CLOSE in self.tokenizer.decode(row.new[-STOP_WINDOW:], skip_special_tokens=True):
+            row.finish = "stop"
+        elif len(row.new) >= row.max_tokens:
+            row.finish = "length"
+        if row.finish is not None:
+            row.seconds = time.perf_counter() - started
+
+    def _generate_group(self, rows: list[_Row]) -> None:
+        started = time.perf_counter()
+        pinned: set[int] = set()
+        # Prefill row by row (prompt order: a row's donor is often the row before it), then decode
+        # every row's next token in one batch per step.
+        for row in rows:
+            self._place(row, pinned)
+            start = len(self._live[row.seq])
+            for at in range(start, len(row.prompt), self.n_batch):
+                part = row.prompt[at:at + self.n_batch]
+                self._decode([(t, at + j, row.seq, at + j == len(row.prompt) - 1) for j, t in enumerate(part)],
+                             pinned)
+            self._live[row.seq] = list(row.prompt)
+            self._take(row, len(part) - 1, started)  # the last part's last token has the logits
+        while active := [r for r in rows if r.finish is None]:
+            self._decode([(r.new[-1], len(self._live[r.seq]), r.seq, True) for r in active], pinned)
+            for i, row in enumerate(active):
+                self._live[row.seq].append(row.new[-1])
+                self._take(row, i, started)
+        for row in rows:
+            self._live.move_to_end(row.seq)
+
+    def generate_many(self, prompts: list[list[int]], *, max_tokens: int, temperature: float,
+                      stop_at_close: list[bool], seeds: list[int | None]) -> list[tuple[list[int], str, float]]:
+        """(new tokens up to and including the stop token, finish reason, seconds) per prompt, in order.
+
+        Rows run in prompt order (shared prefixes next to each other), `n_parallel` at a time. Calls
+        from other threads that arrive while the engine is busy are merged into its next batch (the
+        evaluation's and describe's concurrent expert calls): the caller that gets the engine runs
+        every waiting row, and each caller gets its own rows back."""
+        for prompt in prompts:
+            if not prompt:
+                raise LLMError(f"{self.model}: empty prompt")
+            if len(prompt) + max_tokens > self.max_sequence:
+                raise LLMError(f"{self.model}: prompt of {len(prompt)} tokens + {max_tokens} new exceeds "
+                               f"the context of {self.max_sequence} tokens")
+        rows = [_Row(prompt=list(p), stop_at_close=stop, max_tokens=max_tokens, temperature=temperature, seed=seed)
+                for p, stop, seed in zip(prompts, stop_at_close, seeds, strict=True)]
+        ticket = _Ticket(rows)
+        with self._waiting_lock:
+            self._waiting.append(ticket)
+        with self._lock:
+            with self._waiting_lock:
+                taken, self._waiting = self._waiting, []
+            if taken:  # else a caller before us ran our rows
+                self._run_tickets(taken)
+        ticket.done.wait()
+        if ticket.error is not None:
+            raise ticket.error
+        return [(r.new, r.finish or "length", r.seconds) for r in rows]
+
+    def _run_tickets(self, tickets: list[_Ticket]) -> None:
+        rows = [r for t in tickets for r in t.rows]
+        try:
+            if self._ctx is None:
+                raise LLMError(f"{self.model}: the llama.cpp engine is closed")
+            rows.sort(key=lambda r: r.prompt)
+            for at in range(0, len(rows), self.n_parallel):
+                group = rows[at:at + self.n_parallel]
+                try:
+                    for row in group:
+                        row.sampler = self._sampler(row.temperature, row.seed)
+                    self._generate_group(group)
+                finally:
+                    for row in group:
+                        if row.sampler is not None:
+                            self._c.llama_sampler_free(row.sampler)
+                            row.sampler = None
+        except BaseException as exc:  # every merged caller raises it, this one included
+            for ticket in tickets:
+                ticket.error = exc
+        finally:
+            for ticket in tickets:
+                ticket.done.set()
+
+    def generate_ids(self, prompt: list[int], *, max_tokens: int, temperature: float, stop_at_close: bool,
+                     seed: int | None) -> tuple[list[int], str]:
+        """(new tokens up to and including the stop token, finish reason) for one prompt."""
+        new, finish, _ = self.generate_many([prompt], max_tokens=max_tokens, temperature=temperature,
+                                            stop_at_close=[stop_at_close], seeds=[seed])[0]
         return new, finish
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
@@ -132,19 +356,11 @@ class LlamaCppLLM(BatchLLM):
         row_tools = tools_by_row(batch, tools, tools_per_row)
         prompts = [self.tokenizer(self.render(m, t), add_special_tokens=False)["input_ids"]
                    for m, t in zip(batch, row_tools, strict=True)]
-        completions: list[Completion | None] = [None] * len(batch)
-        # Prompt order puts rows that share a system prompt next to each other (prefix reuse).
-        order = sorted(range(len(batch)), key=lambda i: prompts[i])
-        with self._lock:
-            for i in order:
-                started = time.perf_counter()
-                try:
-                    new, finish = self.generate_ids(prompts[i], max_tokens=max_tokens, temperature=temperature,
-                                                 stop_at_close=bool(row_tools[i]), seed=seed)
-                except RuntimeError as exc:  # llama_decode failures: report, do not crash the caller's loop
-                    raise LLMError(f"llama.cpp generation with {self.model} failed: {exc}") from exc
-                text = self.tokenizer.decode(new, skip_special_tokens=True)
-                completions[i] = Completion(
-                    text=text.strip(), usage=Usage(prompt_tokens=len(prompts[i]), completion_tokens=len(new)),
-                    latency_s=time.perf_counter() - started, model=self.model, finish_reason=finish)
-        return [c for c in completions if c is not None]
+        # Row i samples with seed + i: the rows of one prompt differ (self-consistency), repeatably.
+        seeds = [None if seed is None else seed + i for i in range(len(batch))]
+        done = self.generate_many(prompts, max_tokens=max_tokens, temperature=temperature,
+                                  stop_at_close=[bool(t) for t in row_tools], seeds=seeds)
+        return [Completion(text=self.tokenizer.decode(new, skip_special_tokens=True).strip(),
+                           usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(new)),
+                           latency_s=seconds, model=self.model, finish_reason=finish)
+                for prompt, (new, finish, seconds) in zip(prompts, done, strict=True)]

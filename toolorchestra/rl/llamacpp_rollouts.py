@@ -1,8 +1,9 @@
 """GRPO rollouts on llama.cpp: the policy being trained, exported to GGUF once per step.
 
 Why: transformers' `generate` re-runs a padded batch through PyTorch for every new token and
-re-encodes every shared prompt, while llama.cpp never encodes a prefix twice (the four rollouts of
-a group share their whole prompt). The weights change every step, so each step starts by writing
+re-encodes every shared prompt, while llama.cpp decodes all rollouts of a step in lockstep (one
+`llama_decode` per token over every row) and never encodes a prefix twice (the rollouts of a group
+share their whole prompt). The weights change every step, so each step starts by writing
 the live weights to a GGUF file (`gguf_export.convert` with the model's `state_dict`: no
 safetensors round trip, no hashing) and loading it: ~1.5-2 s for SmolLM2-135M. Measured on two
 CPU cores by `benchmarks/bench_rollouts.py`: the rollout phase x1.65 (1 thread, f16) to x2.5
@@ -46,17 +47,13 @@ class LlamaCppRolloutPolicy(RolloutPolicy):
         contexts = self.row_contexts(batch, tools, tools_per_row)
         # A seed per row, drawn in row order (before reordering), so a rerun samples the same.
         seeds = [self._seeds.randrange(2**31) if temperature > 0 else None for _ in batch]
-        completions: list[Completion | None] = [None] * len(batch)
-        # Prompt order: a group's rollouts (one prompt) run back to back and reuse its KV prefix.
-        for i in sorted(range(len(batch)), key=lambda i: contexts[i]):
-            started = time.perf_counter()
-            try:
-                new, finish = self.engine.generate_ids(contexts[i], max_tokens=max_tokens, temperature=temperature,
-                                                       stop_at_close=True, seed=seeds[i])
-            except RuntimeError as exc:
-                raise LLMError(f"rollout generation on llama.cpp failed: {exc}") from exc
-            completions[i] = self.record(batch[i], contexts[i], new, finish, time.perf_counter() - started)
-        return [c for c in completions if c is not None]
+        try:  # every row in lockstep; a group's rollouts (one prompt) share its KV prefix
+            done = self.engine.generate_many(contexts, max_tokens=max_tokens, temperature=temperature,
+                                             stop_at_close=[True] * len(batch), seeds=seeds)
+        except LLMError as exc:
+            raise LLMError(f"rollout generation on llama.cpp failed: {exc}") from exc
+        return [self.record(messages, context, new, finish, seconds)
+                for messages, context, (new, finish, seconds) in zip(batch, contexts, done, strict=True)]
 
 
 class LlamaCppRollouts:
@@ -65,7 +62,7 @@ class LlamaCppRollouts:
     step's rollout policy; the previous step's engine is closed first (one model in memory)."""
 
     def __init__(self, base_folder: str | Path, scratch: str | Path, *, weights: GGUFWeights = "f16",
-                 n_threads: int = 1, n_ctx: int = 8192, seed: int = 0) -> None:
+                 n_threads: int = 1, n_ctx: int = 16384, seed: int = 0) -> None:
         self.base_folder, self.scratch = Path(base_folder), Path(scratch)
         self.weights, self.n_threads, self.n_ctx = weights, n_threads, n_ctx
         self._seeds = random.Random(seed)
@@ -93,5 +90,5 @@ class LlamaCppRollouts:
 
     def close(self) -> None:
         if self._engine is not None:
-            self._engine.llama.close()
+            self._engine.close()
             self._engine = None

@@ -229,14 +229,13 @@ class ExpertTool(Tool):
         return ToolOutput(content=answer, usage=usage, data={"final": True, "answer": answer})
 
     def _vote(self, llm: LLM, alias: str, messages: list[dict[str, Any]]) -> ToolOutput:
-        # One seeded call per sample (a batch would share one seed on some backends): distinct
-        # samples, repeatable for the same prompt.
+        # The samples as one batch (decoded together on a batching engine), seeded by the prompt:
+        # distinct samples (`chat_batch` seeds rows apart), repeatable for the same prompt.
         base = int(hashlib.sha256(messages[-1]["content"].encode()).hexdigest()[:8], 16)
-        used, answers = Usage(), []
-        for i in range(self.samples):
-            reply = llm.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature, seed=base + i)
-            used += reply.usage
-            answers.append(reply.text.strip())
+        replies = llm.chat_batch([messages] * self.samples, max_tokens=self.max_tokens,
+                                 temperature=self.temperature, seed=base)
+        used = sum((reply.usage for reply in replies), Usage())
+        answers = [reply.text.strip() for reply in replies]
         usage = {alias: used}
         votes = Counter(normalise_answer(a) for a in answers if not abstains(a))
         if not votes:

@@ -83,6 +83,32 @@ def test_llm_judge_can_turn_a_failed_exact_match_into_a_pass(benchmarks, catalog
     assert lenient.summary["random_router"]["qa"].llm_judged == 2
 
 
+def test_methods_evaluated_at_once_give_the_same_records_in_method_order(run, benchmarks, catalog, tiny_llm,
+                                                                        tmp_path_factory):
+    """`method_workers: 2` (two methods at once, the demo's setting) changes the wall time, not the
+    records: same methods, tasks, verdicts and trajectories, in the serial run's order."""
+    from toolorchestra.core.settings import Settings
+
+    root = tmp_path_factory.mktemp("eval-run-parallel")
+    settings = Settings(workspace=root, state_dir=root / ".orchestra")
+    expert = ScriptedLLM("42", model="smollm2")
+    methods = [m.orchestrator("trained", tiny_llm, policy_alias="smollm2", role="candidate"),
+               m.orchestrator("prompted", ScriptedLLM("I think it is 7.", model="base"), policy_alias="smollm2"),
+               *m.expert_methods(catalog, lambda alias: expert),
+               m.random_router(catalog, seed=0, max_turns=2)]
+    config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8), batch_size=4, method_workers=2)
+    seen: list[str] = []
+    parallel = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config,
+                        judge=LLMJudge(ScriptedLLM("no", model="judge")), llm_for=lambda alias: expert,
+                        on_episode=lambda record: seen.append(record.method))
+
+    def view(records):
+        return [(r.method, r.key, r.variant, r.correct, r.tool_calls, r.trajectory["answer"]) for r in records]
+
+    assert view(parallel.records) == view(run.records)
+    assert sorted(seen) == sorted(r.method for r in run.records) and set(parallel.seconds) == set(run.seconds)
+
+
 def test_identical_task_check_catches_a_divergent_method(run):
     import dataclasses
 

@@ -1,5 +1,6 @@
 """The llama.cpp engine against the transformers engine: GGUF conversion of a checkpoint, identical
-greedy replies and usage on a fixed prompt set, prefix-cache reuse, and clear conversion errors."""
+greedy replies and usage on a fixed prompt set, lockstep batches, KV reuse across calls, and clear
+conversion errors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.llm.base import LLMError
 from toolorchestra.llm.gguf_export import ensure_gguf
 from toolorchestra.llm.llamacpp import LlamaCppLLM
 from toolorchestra.llm.local import LocalLLM
@@ -77,20 +79,45 @@ def test_batch_keeps_row_order_and_matches_single_calls(engines):
     assert [c.usage for c in batch] == [c.usage for c in singles]
 
 
-def test_prefix_cache_reuses_turns_without_changing_replies(tiny_folder, engines):
+def test_live_sequences_reuse_turns_without_changing_replies(tiny_folder, engines):
     _, _, gguf, _ = engines
-    cached = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048, prefix_cache_mib=64)
-    fresh = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048, prefix_cache_mib=0)
-    first = [cached.chat(m, tools=TOOLS, max_tokens=8) for m in PROMPTS[:2]]
-    # Each chat's next turn, after the other chat ran in between: only the cache has its prefix.
+    engine = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
+    first = engine.chat_batch(PROMPTS[:2], tools=TOOLS, max_tokens=8)
+    # Each chat's next turn, after the other chat ran in between: its previous turn is still live.
     follow = [m + [{"role": "assistant", "content": c.text}, {"role": "user", "content": "And then?"}]
               for m, c in zip(PROMPTS[:2], first, strict=True)]
-    encoded_before, hits_before = cached.prompt_tokens_encoded, cached.cache.hits
-    again = [cached.chat(m, tools=TOOLS, max_tokens=8) for m in follow]
-    assert cached.cache.hits > hits_before
-    encoded = cached.prompt_tokens_encoded - encoded_before
-    assert encoded < sum(c.usage.prompt_tokens for c in again) / 2  # most of each prompt came from the cache
+    other = engine.chat(PROMPTS[2], tools=TOOLS, max_tokens=8)
+    encoded_before = engine.prompt_tokens_encoded
+    again = [engine.chat(m, tools=TOOLS, max_tokens=8) for m in follow]
+    encoded = engine.prompt_tokens_encoded - encoded_before
+    assert encoded < sum(c.usage.prompt_tokens for c in again) / 4  # most of each prompt was live
+    fresh = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
     assert [c.text for c in again] == [fresh.chat(m, tools=TOOLS, max_tokens=8).text for m in follow]
+    assert other.text == fresh.chat(PROMPTS[2], tools=TOOLS, max_tokens=8).text
+
+
+def test_a_full_kv_cache_evicts_old_sequences_and_replies_stay_the_same(tiny_folder, engines):
+    """More live tokens than KV cells: least recently used sequences are dropped, not an error."""
+    _, engine, gguf, _ = engines
+    small = LlamaCppLLM(gguf, tiny_folder, n_ctx=1024, n_parallel=2)
+    questions = [[{"role": "user", "content": f"Question {i}: what is {i} + {i}? " + "Explain. " * 20}]
+                 for i in range(8)]
+    replies = small.chat_batch(questions, tools=TOOLS, max_tokens=6)
+    assert sum(c.usage.prompt_tokens for c in replies) > 1024  # they did not all fit at once
+    assert [c.text for c in replies] == [engine.chat(q, tools=TOOLS, max_tokens=6).text for q in questions]
+    with pytest.raises(LLMError, match="exceeds the context"):
+        small.chat([{"role": "user", "content": "word " * 1100}], max_tokens=4)
+
+
+def test_rows_sampled_together_follow_their_own_seeds(tiny_folder, engines):
+    """Lockstep sampling: a row's tokens depend on its prompt and seed, not on its batch neighbours."""
+    _, engine, _, _ = engines
+    prompt = engine.tokenizer(engine.render(PROMPTS[1]), add_special_tokens=False)["input_ids"]
+    together = engine.generate_many([prompt] * 3, max_tokens=10, temperature=1.0, stop_at_close=[False] * 3,
+                                    seeds=[1, 2, 1])
+    alone = engine.generate_many([prompt], max_tokens=10, temperature=1.0, stop_at_close=[False], seeds=[2])
+    assert together[0][0] == together[2][0] != together[1][0]
+    assert together[1][0] == alone[0][0]
 
 
 def test_conversion_is_cached_by_weights_hash(tiny_folder, engines, tmp_path):
@@ -184,3 +211,23 @@ def test_engine_is_configuration(tiny_folder, tmp_path):
     assert isinstance(moved, LlamaCppLLM) and moved.model == local.model
     assert moved.chat(PROMPTS[0], max_tokens=6).text == local.chat(PROMPTS[0], max_tokens=6).text
     assert as_engine(local, "transformers", settings) is local
+
+
+def test_concurrent_calls_are_merged_and_each_gets_its_own_replies(tiny_folder, engines):
+    """Threads calling one engine at once (an evaluation's concurrent expert calls) share batches;
+    every caller still gets the replies a lone call would give."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, engine, gguf, _ = engines
+    expected = [engine.chat(m, tools=TOOLS, max_tokens=8).text for m in PROMPTS * 2]
+    shared = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
+    batches = []
+    run = shared._run_tickets
+    shared._run_tickets = lambda tickets: (batches.append(len(tickets)), run(tickets))  # type: ignore[method-assign]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        replies = list(pool.map(lambda m: shared.chat(m, tools=TOOLS, max_tokens=8).text, PROMPTS * 2))
+    assert replies == expected
+    assert sum(batches) == 6 and len(batches) < 6  # some calls ran in another caller's batch
+    with pytest.raises(LLMError, match="exceeds the context"):  # a bad row fails its own caller only
+        shared.chat([{"role": "user", "content": "word " * 2100}], max_tokens=4)
+    assert shared.chat(PROMPTS[0], tools=TOOLS, max_tokens=8).text == expected[0]
