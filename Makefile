@@ -32,7 +32,8 @@ install: $(VENV)/.installed
 
 demo: install
 	$(BIN)/orchestra run
-	$(BIN)/orchestra ask "What is 17 * 23?"
+	# The model this run trained (the newest version is always `challenger`; `champion` if it passed the gate).
+	$(BIN)/orchestra ask --policy models:/orchestrator@challenger "What is 17 * 23?"
 
 test: install
 	$(BIN)/python -m pytest -q

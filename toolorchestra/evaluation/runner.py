@@ -47,6 +47,7 @@ from toolorchestra.llm.base import LLM
 from toolorchestra.tools.catalog import Catalog
 
 log = logging.getLogger(__name__)
+_MODEL_POLICIES = ("candidate", "champion", "orchestrator")
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -236,9 +237,12 @@ def evaluate(
     if config.method_workers == 1:  # in this thread: Ctrl-C stops it at once
         results = [one_method(method) for method in methods]
     else:  # records still come out in method order
+        # Model policies' multi-turn episodes take longest: started first, no core idles at the end.
+        order = sorted(range(len(methods)), key=lambda i: methods[i].role not in _MODEL_POLICIES)
         with ThreadPoolExecutor(max_workers=min(config.method_workers, len(methods)),
                                 thread_name_prefix="orchestra-eval") as pool:
-            results = list(pool.map(one_method, methods))
+            futures = {i: pool.submit(one_method, methods[i]) for i in order}
+            results = [futures[i].result() for i in range(len(methods))]
     records = [record for method_records, _ in results for record in method_records]
     seconds = {method.name: took for method, (_, took) in zip(methods, results, strict=True)}
     run = EvalRun(benchmarks=list(benchmarks), methods=list(methods), records=records,
