@@ -50,7 +50,7 @@ def main() -> None:
 
     settings = Settings(workspace=find_workspace(Path(__file__).resolve().parent))
     config = DescribeConfig(samples_per_category=args.samples, categories=["qa_numeric", "qa_lookup", "tool_use"],
-                            max_turns=args.max_turns, max_tokens=args.max_tokens, max_workers=1)
+                            max_turns=args.max_turns, max_tokens=args.max_tokens)
     workers = {"old": 1, "new": args.workers}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,7 +45,7 @@ class LlamaCppRolloutPolicy(RolloutPolicy):
         if not batch:
             return []
         contexts = self.row_contexts(batch, tools, tools_per_row)
-        # A seed per row, drawn in row order (before reordering), so a rerun samples the same.
+        # A seed per row, drawn in row order (the engine reorders rows by prompt), so a rerun samples the same.
         seeds = [self._seeds.randrange(2**31) if temperature > 0 else None for _ in batch]
         try:  # every row in lockstep; a group's rollouts (one prompt) share its KV prefix
             done = self.engine.generate_many(contexts, max_tokens=max_tokens, temperature=temperature,

@@ -26,6 +26,14 @@ def benchmarks(eval_tasks, pairs):
                             train_ids=set())
 
 
+def _methods(catalog, tiny_llm, expert):
+    """The trained policy, the prompted base, the expert alone and the random router."""
+    return [m.orchestrator("trained", tiny_llm, policy_alias="smollm2", role="candidate"),
+            m.orchestrator("prompted", ScriptedLLM("I think it is 7.", model="base"), policy_alias="smollm2"),
+            *m.expert_methods(catalog, lambda alias: expert),
+            m.random_router(catalog, seed=0, max_turns=2)]
+
+
 @pytest.fixture(scope="module")
 def run(benchmarks, catalog, tiny_llm, tmp_path_factory):
     from toolorchestra.core.settings import Settings
@@ -33,10 +41,7 @@ def run(benchmarks, catalog, tiny_llm, tmp_path_factory):
     root = tmp_path_factory.mktemp("eval-run")
     settings = Settings(workspace=root, state_dir=root / ".orchestra")
     expert = ScriptedLLM("42", model="smollm2")
-    methods = [m.orchestrator("trained", tiny_llm, policy_alias="smollm2", role="candidate"),
-               m.orchestrator("prompted", ScriptedLLM("I think it is 7.", model="base"), policy_alias="smollm2"),
-               *m.expert_methods(catalog, lambda alias: expert),
-               m.random_router(catalog, seed=0, max_turns=2)]
+    methods = _methods(catalog, tiny_llm, expert)
     judge = LLMJudge(ScriptedLLM("no", model="judge"))
     config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8), batch_size=4)
     return evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
@@ -92,10 +97,7 @@ def test_methods_evaluated_at_once_give_the_same_records_in_method_order(run, be
     root = tmp_path_factory.mktemp("eval-run-parallel")
     settings = Settings(workspace=root, state_dir=root / ".orchestra")
     expert = ScriptedLLM("42", model="smollm2")
-    methods = [m.orchestrator("trained", tiny_llm, policy_alias="smollm2", role="candidate"),
-               m.orchestrator("prompted", ScriptedLLM("I think it is 7.", model="base"), policy_alias="smollm2"),
-               *m.expert_methods(catalog, lambda alias: expert),
-               m.random_router(catalog, seed=0, max_turns=2)]
+    methods = _methods(catalog, tiny_llm, expert)
     config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8), batch_size=4, method_workers=2)
     seen: list[str] = []
     parallel = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config,
