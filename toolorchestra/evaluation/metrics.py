@@ -5,6 +5,8 @@ Metrics (per method x benchmark, and `overall`, pooled over every task of every 
 - `accuracy`: share of tasks judged correct (`judges.py`);
 - `cost_mean` / `cost_total`: USD per task / in all, the policy's own tokens at its catalog price
   plus every tool call (per-call, per-second and the tokens of the experts it called);
+- `cost_per_correct`: `cost_total` over the tasks judged correct (None when none is): what one
+  solved task costs, the figure to compare when a cheap method solves almost nothing;
 - `latency_mean`: seconds per task, the wall time of the policy's generations (a batched
   generation counts in full for each episode in the batch, which is what that episode waited)
   plus the tools';
@@ -135,6 +137,7 @@ class Metrics(BaseModel):
     accuracy_ci_high: float = Field(1.0, description="95% Wilson interval of accuracy, upper bound")
     cost_mean: float
     cost_total: float
+    cost_per_correct: float | None = Field(None, description="cost_total / correct tasks (None: none correct)")
     latency_mean: float
     format_valid_rate: float
     answered_rate: float
@@ -241,6 +244,7 @@ def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics
         accuracy_ci_high=high,
         cost_mean=statistics.fmean(r.cost_usd for r in scored) if n else 0.0,
         cost_total=sum(r.cost_usd for r in scored),
+        cost_per_correct=sum(r.cost_usd for r in scored) / correct if correct else None,
         latency_mean=statistics.fmean(r.latency_s for r in scored) if n else 0.0,
         format_valid_rate=statistics.fmean(r.format_valid for r in scored) if n else 0.0,
         answered_rate=statistics.fmean(r.answered for r in scored) if n else 0.0,

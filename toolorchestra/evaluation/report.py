@@ -56,7 +56,8 @@ def table_rows(run: EvalRun) -> list[dict[str, Any]]:
         for bench, m in per.items():
             rows.append({"method": method, "role": roles.get(method, ""), "labels": ",".join(labels.get(method, [])),
                          "benchmark": bench, "n": m.n, "accuracy": m.accuracy, "cost_mean_usd": m.cost_mean,
-                         "cost_total_usd": m.cost_total, "latency_mean_s": m.latency_mean,
+                         "cost_total_usd": m.cost_total, "cost_per_correct_usd": m.cost_per_correct,
+                         "latency_mean_s": m.latency_mean,
                          "format_valid_rate": m.format_valid_rate, "answered_rate": m.answered_rate,
                          "accuracy_ci_low": m.accuracy_ci_low, "accuracy_ci_high": m.accuracy_ci_high,
                          "adherence": m.adherence, "adherence_n": m.adherence_n,
@@ -108,7 +109,7 @@ def call_shares_table(run: EvalRun) -> str:
 def markdown_table(run: EvalRun) -> str:
     labels = mark_extremes(run.summary, run.methods)
     benches = [b.name for b in run.benchmarks]
-    head = ["method", *benches, "overall", "adherence", "format valid"]
+    head = ["method", *benches, "overall", "cost per correct task", "adherence", "format valid"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for method in run.methods:
         per = run.summary.get(method.name, {})
@@ -123,7 +124,9 @@ def markdown_table(run: EvalRun) -> str:
         if overall is not None and overall.adherence_untestable:
             adherence += f", {overall.adherence_untestable} untestable"
         valid = f"{100 * overall.format_valid_rate:.0f}%" if overall else "-"
-        cells = [name, *(_cell(per.get(b)) for b in benches), _cell(overall), adherence, valid]
+        per_correct = (f"${overall.cost_per_correct:.2g}" if overall is not None and overall.cost_per_correct is not None
+                       else "- (none correct)")
+        cells = [name, *(_cell(per.get(b)) for b in benches), _cell(overall), per_correct, adherence, valid]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -13,6 +13,10 @@ batch of N chats costs N times one chat. One `llama_decode` over N sequences' ne
 weights once for all of them: rows of a `chat_batch` are decoded in lockstep, `n_parallel` at a
 time (on a 2-core AVX2 build, 8 rows took 74 ms a step against 27 ms for one; past a few rows the
 step is compute-bound, so batching gives up to ~4x, not N).
+Batching is continuous: a call from another thread (an evaluation's concurrent expert calls) joins
+the batch that is running at its next step instead of waiting for it to end; before that, one
+160-token program call that got the engine first ran alone while the others queued, and the
+evaluation's decode steps averaged 2.8 rows.
 
 Prefixes are never encoded twice: the context's KV cache is unified and keeps the sequences of
 earlier calls (least recently used evicted when a decode finds no room). A new prompt starts from
@@ -48,6 +52,8 @@ NO_KV_SLOT = 1
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_callback: Any = None
+_POLL_S = 0.005
+"""How often a caller waiting for the engine looks again (its rows may have joined a running batch)."""
 _LOG_ERROR = 4
 """ggml's error level (llama-cpp-python's own log callback maps the levels of an older ggml, so it
 prints warnings such as "n_ctx_seq > n_ctx_train", which a unified multi-sequence cache always has)."""
@@ -83,6 +89,7 @@ class _Row:
     new: list[int] = field(default_factory=list)
     finish: str | None = None
     seconds: float = 0.0
+    started: float = 0.0
 
 
 @dataclass
@@ -156,6 +163,8 @@ class LlamaCppLLM(BatchLLM):
         self._waiting: list[_Ticket] = []
         self.prompt_tokens_encoded = 0
         """Prompt tokens actually decoded (the rest came from a live sequence's prefix): for benchmarks."""
+        self.tickets_joined = 0
+        """Calls admitted into a batch already running (continuous batching): for tests and benchmarks."""
 
     @classmethod
     def from_local(cls, local: Any, cache_root: Path, *, weights: GGUFWeights = "f16", **kwargs: Any) -> LlamaCppLLM:
@@ -253,7 +262,7 @@ class LlamaCppLLM(BatchLLM):
             c.llama_sampler_chain_add(chain, c.llama_sampler_init_greedy())
         return chain
 
-    def _take(self, row: _Row, index: int, started: float) -> None:
+    def _take(self, row: _Row, index: int) -> None:
         """Sample `row`'s next token from the logits at batch `index` and decide whether it stops."""
         token = int(self._c.llama_sampler_sample(row.sampler, self._ctx.ctx, index))
         row.new.append(token)
@@ -264,38 +273,39 @@ class LlamaCppLLM(BatchLLM):
         elif len(row.new) >= row.max_tokens:
             row.finish = "length"
         if row.finish is not None:
-            row.seconds = time.perf_counter() - started
+            row.seconds = time.perf_counter() - row.started
 
-    def _generate_group(self, rows: list[_Row]) -> None:
-        started = time.perf_counter()
-        pinned: set[int] = set()
-        # Prefill row by row (prompt order: a row's donor is often the row before it), then decode
-        # every row's next token in one batch per step.
-        for row in rows:
-            self._place(row, pinned)
-            start = len(self._live[row.seq])
-            for at in range(start, len(row.prompt), self.n_batch):
-                part = row.prompt[at:at + self.n_batch]
-                self._decode([(t, at + j, row.seq, at + j == len(row.prompt) - 1) for j, t in enumerate(part)],
-                             pinned)
-            self._live[row.seq] = list(row.prompt)
-            self._take(row, len(part) - 1, started)  # the last part's last token has the logits
-        while active := [r for r in rows if r.finish is None]:
-            self._decode([(r.new[-1], len(self._live[r.seq]), r.seq, True) for r in active], pinned)
-            for i, row in enumerate(active):
-                self._live[row.seq].append(row.new[-1])
-                self._take(row, i, started)
-        for row in rows:
+    def _prefill(self, row: _Row, pinned: set[int]) -> None:
+        """Put `row` in a sequence (from the longest live prefix), decode the rest of its prompt and
+        sample its first token."""
+        row.started = time.perf_counter()
+        row.sampler = self._sampler(row.temperature, row.seed)
+        self._place(row, pinned)
+        start = len(self._live[row.seq])
+        for at in range(start, len(row.prompt), self.n_batch):
+            part = row.prompt[at:at + self.n_batch]
+            self._decode([(t, at + j, row.seq, at + j == len(row.prompt) - 1) for j, t in enumerate(part)], pinned)
+        self._live[row.seq] = list(row.prompt)
+        self._take(row, len(part) - 1)  # the last part's last token has the logits
+
+    def _release(self, row: _Row, pinned: set[int]) -> None:
+        """A finished row: its sampler freed, its sequence kept (most recently used) but evictable."""
+        if row.sampler is not None:
+            self._c.llama_sampler_free(row.sampler)
+            row.sampler = None
+        if row.seq in self._live:
             self._live.move_to_end(row.seq)
+        pinned.discard(row.seq)
 
     def generate_many(self, prompts: list[list[int]], *, max_tokens: int, temperature: float,
                       stop_at_close: list[bool], seeds: list[int | None]) -> list[tuple[list[int], str, float]]:
         """(new tokens up to and including the stop token, finish reason, seconds) per prompt, in order.
 
         Rows run in prompt order (shared prefixes next to each other), `n_parallel` at a time. Calls
-        from other threads that arrive while the engine is busy are merged into its next batch (the
-        evaluation's and describe's concurrent expert calls): the caller that gets the engine runs
-        every waiting row, and each caller gets its own rows back."""
+        from other threads that arrive while the engine is busy join the running batch at its next
+        step (continuous batching: the evaluation's and describe's concurrent expert calls): the
+        caller that holds the engine runs them, and each caller gets its own rows back as soon as
+        they are finished."""
         for prompt in prompts:
             if not prompt:
                 raise LLMError(f"{self.model}: empty prompt")
@@ -307,38 +317,85 @@ class LlamaCppLLM(BatchLLM):
         ticket = _Ticket(rows)
         with self._waiting_lock:
             self._waiting.append(ticket)
-        with self._lock:
-            with self._waiting_lock:
-                taken, self._waiting = self._waiting, []
-            if taken:  # else a caller before us ran our rows
-                self._run_tickets(taken)
-        ticket.done.wait()
+        # Wait for our rows, or for the engine to run them: a caller whose rows joined another's
+        # batch returns when they are done, not when that batch is.
+        while not ticket.done.is_set():
+            if self._lock.acquire(blocking=False):
+                try:
+                    with self._waiting_lock:
+                        taken, self._waiting = self._waiting, []
+                    if taken:  # else a caller before us took our rows
+                        self._run_tickets(taken, own=ticket if ticket in taken else None)
+                finally:
+                    self._lock.release()
+            ticket.done.wait(_POLL_S)
         if ticket.error is not None:
             raise ticket.error
         return [(r.new, r.finish or "length", r.seconds) for r in rows]
 
-    def _run_tickets(self, tickets: list[_Ticket]) -> None:
-        rows = [r for t in tickets for r in t.rows]
+    def _run_tickets(self, tickets: list[_Ticket], own: _Ticket | None = None) -> None:
+        """Continuous batching: decode the rows of `tickets` in lockstep, `n_parallel` at a time,
+        and while this caller's own rows run, admit the rows of tickets that arrive (prefilled on
+        arrival, decoded with the others from the next step). A ticket is done as soon as its own
+        rows are. The caller stops admitting once its rows are finished (it would otherwise serve
+        other threads' calls while its own work waits) and finishes the rows it took; `own`: its
+        ticket (None: admit nothing)."""
+        taken: list[_Ticket] = []
+        queue: list[_Row] = []
+        active: list[_Row] = []
+        pinned: set[int] = set()
+        left: dict[int, int] = {}  # id(ticket) -> rows not finished
+        owner: dict[int, _Ticket] = {}  # id(row) -> its ticket
+
+        def admit(new: list[_Ticket]) -> None:
+            for ticket in new:
+                taken.append(ticket)
+                left[id(ticket)] = len(ticket.rows)
+                owner.update((id(row), ticket) for row in ticket.rows)
+                queue.extend(ticket.rows)
+            queue.sort(key=lambda r: r.prompt)  # shared prefixes next to each other: a row's donor is often the one before
+
+        def finished(row: _Row) -> None:
+            self._release(row, pinned)
+            ticket = owner[id(row)]
+            left[id(ticket)] -= 1
+            if left[id(ticket)] == 0:
+                ticket.done.set()
+
         try:
             if self._ctx is None:
                 raise LLMError(f"{self.model}: the llama.cpp engine is closed")
-            rows.sort(key=lambda r: r.prompt)
-            for at in range(0, len(rows), self.n_parallel):
-                group = rows[at:at + self.n_parallel]
-                try:
-                    for row in group:
-                        row.sampler = self._sampler(row.temperature, row.seed)
-                    self._generate_group(group)
-                finally:
-                    for row in group:
-                        if row.sampler is not None:
-                            self._c.llama_sampler_free(row.sampler)
-                            row.sampler = None
-        except BaseException as exc:  # every merged caller raises it, this one included
-            for ticket in tickets:
-                ticket.error = exc
+            admit(tickets)
+            while True:
+                if own is not None and not own.done.is_set() and len(active) + len(queue) < self.n_parallel:
+                    with self._waiting_lock:
+                        arrived, self._waiting = self._waiting, []
+                    self.tickets_joined += len(arrived)
+                    admit(arrived)
+                while queue and len(active) < self.n_parallel:
+                    row = queue.pop(0)
+                    self._prefill(row, pinned)
+                    if row.finish is None:
+                        active.append(row)
+                    else:
+                        finished(row)
+                if not active:
+                    break
+                self._decode([(r.new[-1], len(self._live[r.seq]), r.seq, True) for r in active], pinned)
+                for i, row in enumerate(active):
+                    self._live[row.seq].append(row.new[-1])
+                    self._take(row, i)
+                for row in [r for r in active if r.finish is not None]:
+                    finished(row)
+                active = [r for r in active if r.finish is None]
+        except BaseException as exc:  # every caller with unfinished rows raises it, this one included
+            for ticket in taken or tickets:
+                if not ticket.done.is_set():
+                    ticket.error = exc
         finally:
-            for ticket in tickets:
+            for ticket in taken or tickets:
+                for row in ticket.rows:
+                    self._release(row, pinned)
                 ticket.done.set()
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,

@@ -100,6 +100,16 @@ def test_summary_pools_benchmarks_and_ignores_neutral_runs():
     assert overall.cost_total == pytest.approx(0.06) and overall.latency_mean == pytest.approx(2.0)
 
 
+def test_cost_per_correct_task_divides_all_spending_by_the_tasks_solved():
+    """A cheap method that solves little can cost more per solved task than a dear one."""
+    cheap = [record(bench="qa", key=f"qa/{i}", correct=i == 0, cost=0.01, latency=1.0) for i in range(10)]
+    dear = [record(bench="qa", key=f"qa/{i}", correct=i < 5, cost=0.03, latency=1.0) for i in range(10)]
+    none = [record(bench="qa", key="qa/0", correct=False, cost=0.01, latency=1.0)]
+    assert summarize(cheap)["m"]["overall"].cost_per_correct == pytest.approx(0.1)
+    assert summarize(dear)["m"]["overall"].cost_per_correct == pytest.approx(0.06)
+    assert summarize(none)["m"]["overall"].cost_per_correct is None
+
+
 @pytest.mark.parametrize(("successes", "n", "low", "high"), [
     (0, 10, 0.0, 0.2775),      # not [0, 0]: no success in 10 still allows up to ~28%
     (10, 10, 0.7225, 1.0),

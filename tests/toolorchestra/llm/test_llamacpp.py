@@ -223,11 +223,46 @@ def test_concurrent_calls_are_merged_and_each_gets_its_own_replies(tiny_folder, 
     shared = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
     batches = []
     run = shared._run_tickets
-    shared._run_tickets = lambda tickets: (batches.append(len(tickets)), run(tickets))  # type: ignore[method-assign]
+    shared._run_tickets = lambda tickets, own=None: (batches.append(len(tickets)), run(tickets, own))  # type: ignore[method-assign]
     with ThreadPoolExecutor(max_workers=6) as pool:
         replies = list(pool.map(lambda m: shared.chat(m, tools=TOOLS, max_tokens=8).text, PROMPTS * 2))
     assert replies == expected
-    assert sum(batches) == 6 and len(batches) < 6  # some calls ran in another caller's batch
+    # some calls ran in another caller's batch: merged while waiting, or joined a running one
+    assert sum(batches) + shared.tickets_joined == 6 and len(batches) < 6
     with pytest.raises(LLMError, match="exceeds the context"):  # a bad row fails its own caller only
         shared.chat([{"role": "user", "content": "word " * 2100}], max_tokens=4)
     assert shared.chat(PROMPTS[0], tools=TOOLS, max_tokens=8).text == expected[0]
+
+
+def test_a_call_arriving_mid_batch_joins_it_at_the_next_step(tiny_folder, engines):
+    """Continuous batching: a call made while a long generation runs is decoded with it (not after
+    it), returns before it, and replies as it would alone."""
+    import threading
+
+    _, engine, gguf, _ = engines
+    long_alone = engine.chat(PROMPTS[0], max_tokens=40)
+    short_alone = engine.chat(PROMPTS[1], max_tokens=4)
+    shared = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
+    steps: list[int] = []
+    decode = shared._decode
+    late: dict = {}
+
+    def traced(entries, pinned):
+        steps.append(len(entries))
+        if len(steps) == 3:  # the long call is decoding: the short one arrives now
+            late["thread"] = threading.Thread(target=lambda: late.setdefault(
+                "reply", (shared.chat(PROMPTS[1], max_tokens=4), len(steps))))
+            late["thread"].start()
+            while not shared._waiting:  # it is queued (and will be admitted at the next step)
+                threading.Event().wait(0.001)
+        decode(entries, pinned)
+
+    shared._decode = traced  # type: ignore[method-assign]
+    reply = shared.chat(PROMPTS[0], max_tokens=40)
+    late["thread"].join(timeout=30)
+    short, returned_at = late["reply"]
+    assert (reply.text, reply.usage) == (long_alone.text, long_alone.usage)
+    assert (short.text, short.usage) == (short_alone.text, short_alone.usage)
+    assert shared.tickets_joined == 1
+    assert 2 in steps[3:]  # decode steps with both rows
+    assert reply.usage.completion_tokens <= 4 or returned_at < len(steps)  # the short call did not wait for the long
