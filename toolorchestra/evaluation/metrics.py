@@ -237,14 +237,15 @@ def _metrics(records: list[TaskRecord], checks: list[dict[str, Any]]) -> Metrics
         tool_counts.update(r.tool_calls)
         model_counts.update(model_calls(r.trajectory.get("turns") or []))
     low, high = wilson_interval(correct, n)
+    cost_total = sum(r.cost_usd for r in scored)
     out = Metrics(
         n=n,
         accuracy=correct / n if n else 0.0,
         accuracy_ci_low=low,
         accuracy_ci_high=high,
         cost_mean=statistics.fmean(r.cost_usd for r in scored) if n else 0.0,
-        cost_total=sum(r.cost_usd for r in scored),
-        cost_per_correct=sum(r.cost_usd for r in scored) / correct if correct else None,
+        cost_total=cost_total,
+        cost_per_correct=cost_total / correct if correct else None,
         latency_mean=statistics.fmean(r.latency_s for r in scored) if n else 0.0,
         format_valid_rate=statistics.fmean(r.format_valid for r in scored) if n else 0.0,
         answered_rate=statistics.fmean(r.answered for r in scored) if n else 0.0,

@@ -124,8 +124,8 @@ def markdown_table(run: EvalRun) -> str:
         if overall is not None and overall.adherence_untestable:
             adherence += f", {overall.adherence_untestable} untestable"
         valid = f"{100 * overall.format_valid_rate:.0f}%" if overall else "-"
-        per_correct = (f"${overall.cost_per_correct:.2g}" if overall is not None and overall.cost_per_correct is not None
-                       else "- (none correct)")
+        per_correct = "-" if overall is None else (f"${overall.cost_per_correct:.2g}"
+                                                   if overall.cost_per_correct is not None else "- (none correct)")
         cells = [name, *(_cell(per.get(b)) for b in benches), _cell(overall), per_correct, adherence, valid]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -344,13 +344,11 @@ class LlamaCppLLM(BatchLLM):
         queue: list[_Row] = []
         active: list[_Row] = []
         pinned: set[int] = set()
-        left: dict[int, int] = {}  # id(ticket) -> rows not finished
         owner: dict[int, _Ticket] = {}  # id(row) -> its ticket
 
         def admit(new: list[_Ticket]) -> None:
             for ticket in new:
                 taken.append(ticket)
-                left[id(ticket)] = len(ticket.rows)
                 owner.update((id(row), ticket) for row in ticket.rows)
                 queue.extend(ticket.rows)
             queue.sort(key=lambda r: r.prompt)  # shared prefixes next to each other: a row's donor is often the one before
@@ -358,8 +356,7 @@ class LlamaCppLLM(BatchLLM):
         def finished(row: _Row) -> None:
             self._release(row, pinned)
             ticket = owner[id(row)]
-            left[id(ticket)] -= 1
-            if left[id(ticket)] == 0:
+            if all(r.finish is not None for r in ticket.rows):
                 ticket.done.set()
 
         try:
