@@ -17,7 +17,7 @@ class ScriptedLLM(LLM):
         self.reply, self.model, self.replies, self.calls = reply, model, list(replies or []), 0
         self.prompts: list[list[dict[str, Any]]] = []
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         self.calls += 1
         self.prompts.append(messages)
         text = self.replies.pop(0) if self.replies else self.reply

@@ -56,7 +56,7 @@ class _Double(LLM):
     def reply(self, messages: list[dict[str, Any]]) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         self.calls += 1
         started = time.perf_counter()
         if self.delay_s:
@@ -182,7 +182,7 @@ class Scripted(LLM):
     def __init__(self, replies, model="scripted"):
         self.replies, self.model, self.seen = list(replies), model, []
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         self.seen.append(messages)
         reply = self.replies.pop(0) if self.replies else "[]"
         if isinstance(reply, Exception):
@@ -196,7 +196,7 @@ class KeywordVerifier(LLM):
 
     model = "verifier"
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         text = messages[-1]["content"]
         instruction = text.split("Instruction: ")[1].split("\n")[0].lower()
         vector = json.loads(text.split("Weights: ")[1].split("\n")[0])

@@ -21,10 +21,10 @@ class Calculator(LLM):
         self.gate = gate
         self.prompts: list[list[dict]] = []
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         return self.chat_batch([messages], tools=tools, max_tokens=max_tokens)[0]
 
-    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         if self.gate is not None:
             self.gate.wait(30)
         self.batches.append(len(batch))

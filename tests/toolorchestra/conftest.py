@@ -21,7 +21,7 @@ class ScriptedExpert(LLM):
     def __init__(self, reply: str = "42", model: str = "smollm2") -> None:
         self.reply, self.model, self.calls = reply, model, 0
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         self.calls += 1
         return Completion(text=self.reply, usage=Usage(prompt_tokens=50, completion_tokens=5), latency_s=0.01,
                           model=self.model)
@@ -108,7 +108,7 @@ class GoldenPolicy(LLM):
         self.by_prompt = {i.prompt[-1]["content"]: i for i in instances}
         self.mode, self.model = mode, model
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         from toolorchestra.llm.hermes import format_tool_call
 
         instance = self.by_prompt[messages[1]["content"]]

@@ -217,7 +217,7 @@ class RandomRouterPolicy(BatchLLM):
         self.final = {name for name, role in self.roles.items() if role in FINAL_ROLES}
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:  # stop: no text generated
         row_tools = tools_by_row(batch, tools, tools_per_row)
         return [self._route(messages, specs or []) for messages, specs in zip(batch, row_tools, strict=True)]
 
@@ -279,7 +279,7 @@ class FixedRoutePolicy(BatchLLM):
         self.model, self.route, self.escalate = name, list(route), escalate
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:  # stop: no text generated
         row_tools = tools_by_row(batch, tools, tools_per_row)
         return [self._next(messages, specs or []) for messages, specs in zip(batch, row_tools, strict=True)]
 

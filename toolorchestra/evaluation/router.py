@@ -92,7 +92,7 @@ class RoutedPolicy(BatchLLM):
         return self.handlers[self.route(messages)].count_prompt_tokens(messages, tools)
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         row_tools = tools_by_row(batch, tools, tools_per_row)
         rows: dict[str, list[int]] = defaultdict(list)
         for index, label in enumerate(self.route_all(batch)):
@@ -101,7 +101,8 @@ class RoutedPolicy(BatchLLM):
         for label, indices in rows.items():
             replies = self.handlers[label].chat_batch([batch[i] for i in indices],
                                                       tools_per_row=[row_tools[i] for i in indices],
-                                                      max_tokens=max_tokens, temperature=temperature, seed=seed)
+                                                      max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                                      stop=stop)
             for i, reply in zip(indices, replies, strict=True):
                 out[i] = reply
         return [c for c in out if c is not None]

@@ -4,6 +4,10 @@
 and for assistant turns optionally `tool_calls`) and OpenAI function-tool schemas, and returns a
 `Completion` with the text, any structured tool calls the server parsed, token counts and wall
 latency. Prices are not here: callers price `usage` from the tool catalog.
+
+`stop` (as OpenAI's): generation ends at the first of these strings and the reply leaves it out;
+`usage` counts the tokens generated. Policies that write tool calls ignore it (the program expert
+uses it to end its reply at the code block's closing fence instead of ~60 tokens of prose later).
 """
 
 from __future__ import annotations
@@ -18,6 +22,16 @@ from toolorchestra.core.errors import OrchestraError
 
 Message = dict[str, Any]
 """An OpenAI-style chat message."""
+
+
+def cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
+    r"""`text` before the earliest of the `stop` strings, and whether one occurred.
+
+    >>> cut_at_stop("print(1)\n```\n\nThis prints 1.", ["```\n\n"])
+    ('print(1)\n', True)
+    """
+    at = min((i for i in (text.find(s) for s in stop or () if s) if i >= 0), default=-1)
+    return (text[:at], True) if at >= 0 else (text, False)
 
 
 def tools_by_row(batch: list[Any], tools: list[dict[str, Any]] | None,
@@ -84,8 +98,10 @@ class LLM(ABC):
         max_tokens: int = 256,
         temperature: float = 0.0,
         seed: int | None = None,
+        stop: list[str] | None = None,
     ) -> Completion:
-        """One chat completion. Raises `LLMError` when the backend fails after retries."""
+        """One chat completion (`stop`: see the module docstring). Raises `LLMError` when the backend
+        fails after retries."""
 
     def count_prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
         """How many prompt tokens `chat(messages, tools=tools)` would send (the agent loop's cost
@@ -104,6 +120,7 @@ class LLM(ABC):
         max_tokens: int = 256,
         temperature: float = 0.0,
         seed: int | None = None,
+        stop: list[str] | None = None,
     ) -> list[Completion]:
         """Several independent chats; backends that can batch override this.
 
@@ -113,7 +130,7 @@ class LLM(ABC):
         """
         return [
             self.chat(m, tools=specs, max_tokens=max_tokens, temperature=temperature,
-                      seed=None if seed is None else seed + i)
+                      seed=None if seed is None else seed + i, stop=stop)
             for i, (m, specs) in enumerate(zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True))
         ]
 
@@ -121,10 +138,11 @@ class LLM(ABC):
 class BatchLLM(LLM):
     """A backend whose native call is the batch (local generation): one chat is a batch of one."""
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
-        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed)[0]
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None) -> Completion:
+        return self.chat_batch([messages], tools=tools, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                               stop=stop)[0]
 
     @abstractmethod
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         """See `LLM.chat_batch`."""

@@ -5,8 +5,8 @@ Same contract as the transformers engine (`local.LocalLLM`), so an episode canno
 the prompt is rendered by the same tools-aware chat template and tokenized by the checkpoint's own
 transformers tokenizer (identical token ids in both engines), replies are decoded by it, a turn
 stops at `<|im_end|>`/eos or right after a complete `</tool_call>` (decoded over the last few new
-tokens, as `StopAfterText` does), and `usage` counts the prompt's tokens and the new ones up to and
-including the stop token.
+tokens, as `StopAfterText` does) or at a caller's `stop` string (left out of the reply), and
+`usage` counts the prompt's tokens and the new ones up to and including the stop token.
 
 Why the C API and not `Llama.generate`: the high-level class holds one sequence per context, so a
 batch of N chats costs N times one chat. One `llama_decode` over N sequences' next tokens reads the
@@ -41,12 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, tools_by_row
+from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, cut_at_stop, tools_by_row
 from toolorchestra.llm.gguf_export import GGUFWeights
 from toolorchestra.llm.hermes import CLOSE
 
 STOP_WINDOW = 8
-"""New tokens decoded to look for `</tool_call>` (as `local.StopAfterText`)."""
+"""New tokens decoded to look for `</tool_call>` or a stop string (as `local.StopAfterText`); at least
+a stop string's length, so it always fits (a token is one character or more)."""
 NO_KV_SLOT = 1
 """`llama_decode`'s return code when the KV cache has no room for the batch."""
 _backend_lock = threading.Lock()
@@ -80,7 +81,8 @@ class _Row:
     """One prompt being generated: its sequence in the KV cache, sampler and new tokens."""
 
     prompt: list[int]
-    stop_at_close: bool
+    stop_texts: tuple[str, ...]
+    """The row ends once its new text contains one of these (`</tool_call>` when tools are offered)."""
     max_tokens: int
     temperature: float
     seed: int | None
@@ -90,6 +92,10 @@ class _Row:
     finish: str | None = None
     seconds: float = 0.0
     started: float = 0.0
+
+    @property
+    def window(self) -> int:
+        return max([STOP_WINDOW, *(len(t) for t in self.stop_texts)])
 
 
 @dataclass
@@ -268,7 +274,8 @@ class LlamaCppLLM(BatchLLM):
         row.new.append(token)
         if token in self.stop_ids:
             row.finish = "stop"
-        elif row.stop_at_close and CLOSE in self.tokenizer.decode(row.new[-STOP_WINDOW:], skip_special_tokens=True):
+        elif row.stop_texts and any(text in self.tokenizer.decode(row.new[-row.window:], skip_special_tokens=True)
+                                    for text in row.stop_texts):
             row.finish = "stop"
         elif len(row.new) >= row.max_tokens:
             row.finish = "length"
@@ -298,7 +305,7 @@ class LlamaCppLLM(BatchLLM):
         pinned.discard(row.seq)
 
     def generate_many(self, prompts: list[list[int]], *, max_tokens: int, temperature: float,
-                      stop_at_close: list[bool], seeds: list[int | None]) -> list[tuple[list[int], str, float]]:
+                      stop_texts: list[tuple[str, ...]], seeds: list[int | None]) -> list[tuple[list[int], str, float]]:
         """(new tokens up to and including the stop token, finish reason, seconds) per prompt, in order.
 
         Rows run in prompt order (shared prefixes next to each other), `n_parallel` at a time. Calls
@@ -312,8 +319,8 @@ class LlamaCppLLM(BatchLLM):
             if len(prompt) + max_tokens > self.max_sequence:
                 raise LLMError(f"{self.model}: prompt of {len(prompt)} tokens + {max_tokens} new exceeds "
                                f"the context of {self.max_sequence} tokens")
-        rows = [_Row(prompt=list(p), stop_at_close=stop, max_tokens=max_tokens, temperature=temperature, seed=seed)
-                for p, stop, seed in zip(prompts, stop_at_close, seeds, strict=True)]
+        rows = [_Row(prompt=list(p), stop_texts=tuple(stop), max_tokens=max_tokens, temperature=temperature, seed=seed)
+                for p, stop, seed in zip(prompts, stop_texts, seeds, strict=True)]
         ticket = _Ticket(rows)
         with self._waiting_lock:
             self._waiting.append(ticket)
@@ -396,7 +403,7 @@ class LlamaCppLLM(BatchLLM):
                 ticket.done.set()
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         if not batch:
             return []
         row_tools = tools_by_row(batch, tools, tools_per_row)
@@ -404,9 +411,10 @@ class LlamaCppLLM(BatchLLM):
                    for m, t in zip(batch, row_tools, strict=True)]
         # Row i samples with seed + i: the rows of one prompt differ (self-consistency), repeatably.
         seeds = [None if seed is None else seed + i for i in range(len(batch))]
+        extra = tuple(s for s in stop or () if s)
         done = self.generate_many(prompts, max_tokens=max_tokens, temperature=temperature,
-                                  stop_at_close=[bool(t) for t in row_tools], seeds=seeds)
-        return [Completion(text=self.tokenizer.decode(new, skip_special_tokens=True).strip(),
+                                  stop_texts=[((CLOSE,) if t else ()) + extra for t in row_tools], seeds=seeds)
+        return [Completion(text=cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), extra)[0].strip(),
                            usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(new)),
                            latency_s=seconds, model=self.model, finish_reason=finish)
                 for prompt, (new, finish, seconds) in zip(prompts, done, strict=True)]

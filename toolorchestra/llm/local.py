@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.core.errors import ConfigError
-from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, tools_by_row
+from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, cut_at_stop, tools_by_row
 from toolorchestra.llm.hermes import CLOSE
 
 
@@ -89,7 +89,7 @@ class LocalLLM(BatchLLM):
         return len(self.tokenizer(self.render(messages, tools), add_special_tokens=False)["input_ids"])
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         import torch
         from transformers import StoppingCriteriaList
 
@@ -98,6 +98,7 @@ class LocalLLM(BatchLLM):
         row_tools = tools_by_row(batch, tools, tools_per_row)
         prompts = [self.render(m, t) for m, t in zip(batch, row_tools, strict=True)]
         any_tools = any(row_tools)
+        extra = [s for s in stop or () if s]
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         stop_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
         sampling: dict[str, Any] = {"do_sample": False}
@@ -113,9 +114,10 @@ class LocalLLM(BatchLLM):
                     max_new_tokens=max_tokens,
                     eos_token_id=sorted(stop_ids),
                     pad_token_id=self.tokenizer.pad_token_id,
-                    # One call per turn: stop right after a complete tool-call block.
+                    # One call per turn: stop right after a complete tool-call block (or a stop string).
                     stopping_criteria=StoppingCriteriaList(
-                        [StopAfterText(self.tokenizer, CLOSE, enc["input_ids"].shape[1])] if any_tools else []
+                        [StopAfterText(self.tokenizer, text, enc["input_ids"].shape[1], window=max(8, len(text)))
+                         for text in ([CLOSE] if any_tools else []) + extra]
                     ),
                     **sampling,
                 )
@@ -131,8 +133,8 @@ class LocalLLM(BatchLLM):
                 if tok in stop_ids:
                     new, finish = new[: i + 1], "stop"
                     break
-            text = self.tokenizer.decode(new, skip_special_tokens=True)
-            if finish == "length" and CLOSE in text:
+            text, stopped = cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), extra)
+            if finish == "length" and (stopped or CLOSE in text):
                 finish = "stop"
             completions.append(
                 Completion(

@@ -96,7 +96,7 @@ class OpenAILLM(LLM):
                 text = text.replace(password, "***")
         return text
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None) -> Completion:
         request: dict[str, Any] = {
             "model": self.model,
             "messages": to_wire_messages(messages),
@@ -107,6 +107,8 @@ class OpenAILLM(LLM):
             request["tools"] = tools
         if seed is not None:
             request["seed"] = seed
+        if stop:
+            request["stop"] = list(stop)
         started = time.perf_counter()
         try:
             for attempt in Retrying(**self._retry):

@@ -29,6 +29,7 @@ from typing import Any
 from toolorchestra.core.fs import replace_path
 from toolorchestra.llm.base import Completion, LLMError
 from toolorchestra.llm.gguf_export import GGUFWeights, convert
+from toolorchestra.llm.hermes import CLOSE
 from toolorchestra.rl.transcript import RolloutPolicy
 
 
@@ -41,15 +42,15 @@ class LlamaCppRolloutPolicy(RolloutPolicy):
         self._seeds = random.Random(seed)
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         if not batch:
             return []
-        contexts = self.row_contexts(batch, tools, tools_per_row)
+        contexts = self.row_contexts(batch, tools, tools_per_row, stop)
         # A seed per row, drawn in row order (the engine reorders rows by prompt), so a rerun samples the same.
         seeds = [self._seeds.randrange(2**31) if temperature > 0 else None for _ in batch]
         try:  # every row in lockstep; a group's rollouts (one prompt) share its KV prefix
             done = self.engine.generate_many(contexts, max_tokens=max_tokens, temperature=temperature,
-                                             stop_at_close=[True] * len(batch), seeds=seeds)
+                                             stop_texts=[(CLOSE,)] * len(batch), seeds=seeds)
         except LLMError as exc:
             raise LLMError(f"rollout generation on llama.cpp failed: {exc}") from exc
         return [self.record(messages, context, new, finish, seconds)

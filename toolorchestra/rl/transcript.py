@@ -197,8 +197,12 @@ class RolloutPolicy(BatchLLM):
         binding = self._binding(messages)
         return self.encoder.encode(messages, binding.tools, sampled=binding.sampled, generation_prompt=True).ids
 
-    def row_contexts(self, batch: list[list[Message]], tools: Any, tools_per_row: Any) -> list[list[int]]:
-        """Each row's token-exact context, its binding taking the row's tool specs on first use."""
+    def row_contexts(self, batch: list[list[Message]], tools: Any, tools_per_row: Any,
+                     stop: list[str] | None = None) -> list[list[int]]:
+        """Each row's token-exact context, its binding taking the row's tool specs on first use.
+        A rollout's reply is exactly the tokens it sampled, so there is no `stop` to cut it at."""
+        if stop:
+            raise ValueError("a training rollout cannot take stop strings: its reply is what it sampled")
         for messages, specs in zip(batch, tools_by_row(batch, tools, tools_per_row), strict=True):
             binding = self._binding(messages)
             if binding.tools is None and specs:
@@ -214,7 +218,7 @@ class RolloutPolicy(BatchLLM):
                           latency_s=latency_s)
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         import torch
         from transformers import StoppingCriteriaList
 
@@ -222,7 +226,7 @@ class RolloutPolicy(BatchLLM):
 
         if not batch:
             return []
-        contexts = self.row_contexts(batch, tools, tools_per_row)
+        contexts = self.row_contexts(batch, tools, tools_per_row, stop)
         width = max(len(c) for c in contexts)
         device = next(self.lm.parameters()).device
         input_ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)

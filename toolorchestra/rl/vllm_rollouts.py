@@ -33,12 +33,12 @@ class VLLMRolloutPolicy(RolloutPolicy):
         self._seeds = random.Random(seed)
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
-                   seed=None) -> list[Completion]:
+                   seed=None, stop=None) -> list[Completion]:
         from vllm import SamplingParams
 
         if not batch:
             return []
-        contexts = self.row_contexts(batch, tools, tools_per_row)
+        contexts = self.row_contexts(batch, tools, tools_per_row, stop)
         params = [SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=self.top_p,
                                  stop=[CLOSE], include_stop_str_in_output=True,
                                  stop_token_ids=[self.encoder.eos_id],

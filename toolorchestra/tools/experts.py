@@ -75,6 +75,11 @@ _PROMPTS = {
 # the request only in the system turn it wrote code for 2 of 11 probed questions, with it here 4 of 4).
 _ASKS = {"program": "Write a Python program that prints the answer to the task."}
 _PROMPTS["vote"] = _PROMPTS["answer"]
+# A program reply ends at its code block's closing fence: SmolLM2 goes on explaining the program
+# (a program call's reply was 122 tokens on average, half at the 160-token cap, in the 2026-12-01
+# evaluation) and nothing after the fence is read. "\n```\n" does not match an opening fence
+# ("```python\n"); a reply that ends at the fence stops at end of turn anyway.
+_STOPS = {"program": ["\n```\n"]}
 FINAL_ROLES = frozenset({"answer", "program", "vote"})
 """Roles whose successful call ends the task."""
 
@@ -217,7 +222,8 @@ class ExpertTool(Tool):
         messages = [{"role": "system", "content": _PROMPTS[self.role]}, {"role": "user", "content": prompt}]
         if self.role == "vote":
             return self._vote(llm, alias, messages)
-        reply = llm.chat(messages, max_tokens=self.max_tokens)  # LLMError -> error observation upstream
+        # LLMError -> error observation upstream
+        reply = llm.chat(messages, max_tokens=self.max_tokens, stop=_STOPS.get(self.role))
         usage = {alias: reply.usage}
         return getattr(self, f"_finish_{self.role}")(reply.text, usage)
 

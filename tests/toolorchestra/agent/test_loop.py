@@ -23,7 +23,7 @@ class ScriptedLLM(LLM):
     def __init__(self, replies, model="scripted"):
         self.replies, self.model, self.seen = list(replies), model, []
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         self.seen.append([dict(m) for m in messages])
         reply = self.replies.pop(0)
         if isinstance(reply, Exception):

@@ -56,7 +56,7 @@ def test_llm_judge_is_asked_only_when_exact_match_fails():
 class Failing(LLM):
     model = "down"
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         raise LLMError("endpoint down")
 
 

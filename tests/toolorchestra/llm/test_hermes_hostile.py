@@ -76,7 +76,7 @@ class Replay(LLM):
     def __init__(self, completions):
         self.completions = list(completions)
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         return self.completions.pop(0)
 
 

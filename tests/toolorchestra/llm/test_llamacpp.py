@@ -79,6 +79,24 @@ def test_batch_keeps_row_order_and_matches_single_calls(engines):
     assert [c.usage for c in batch] == [c.usage for c in singles]
 
 
+def test_a_stop_string_ends_the_reply_before_it_in_both_engines(engines):
+    local, engine, _, _ = engines
+    full = local.chat(PROMPTS[0], max_tokens=16)
+    # a stop string taken from the middle of the greedy reply: both engines end there, leave it out
+    # and count only the tokens generated up to it
+    words = full.text.split()
+    assert len(words) >= 3, full.text
+    stop = words[len(words) // 2]
+    want = full.text[:full.text.find(stop)].strip()
+    for llm in (local, engine):
+        cut = llm.chat(PROMPTS[0], max_tokens=16, stop=["never-generated", stop])
+        assert cut.text == want and cut.finish_reason == "stop"
+        assert cut.usage.completion_tokens < full.usage.completion_tokens
+    assert engine.chat(PROMPTS[0], max_tokens=16, stop=["never-generated"]).text == full.text
+    [batched] = engine.chat_batch([PROMPTS[0]], max_tokens=16, stop=[stop])
+    assert batched.text == want
+
+
 def test_live_sequences_reuse_turns_without_changing_replies(tiny_folder, engines):
     _, _, gguf, _ = engines
     engine = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
@@ -113,9 +131,9 @@ def test_rows_sampled_together_follow_their_own_seeds(tiny_folder, engines):
     """Lockstep sampling: a row's tokens depend on its prompt and seed, not on its batch neighbours."""
     _, engine, _, _ = engines
     prompt = engine.tokenizer(engine.render(PROMPTS[1]), add_special_tokens=False)["input_ids"]
-    together = engine.generate_many([prompt] * 3, max_tokens=10, temperature=1.0, stop_at_close=[False] * 3,
+    together = engine.generate_many([prompt] * 3, max_tokens=10, temperature=1.0, stop_texts=[()] * 3,
                                     seeds=[1, 2, 1])
-    alone = engine.generate_many([prompt], max_tokens=10, temperature=1.0, stop_at_close=[False], seeds=[2])
+    alone = engine.generate_many([prompt], max_tokens=10, temperature=1.0, stop_texts=[()], seeds=[2])
     assert together[0][0] == together[2][0] != together[1][0]
     assert together[1][0] == alone[0][0]
 

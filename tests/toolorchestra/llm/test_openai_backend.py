@@ -77,6 +77,12 @@ def test_completion_reports_tokens_latency_and_sends_key(server):
     assert out.latency_s > 0
     assert server.requests[0]["auth"] == "Bearer sk-secret-key-123"
     assert server.requests[0]["body"]["max_tokens"] == 5
+    assert "stop" not in server.requests[0]["body"]
+
+
+def test_stop_strings_go_to_the_server(server):
+    make(server).chat([{"role": "user", "content": "hi"}], stop=["\n```\n"])
+    assert server.requests[0]["body"]["stop"] == ["\n```\n"]
 
 
 def test_structured_tool_calls_are_returned(server):

@@ -33,7 +33,7 @@ class ScriptedRolloutPolicy(RolloutPolicy):
         super().bind(messages, tools)
         self.order.append(id(messages))
 
-    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         out = []
         for messages in batch:
             behaviour = self.plan[self.order.index(id(messages)) % len(self.plan)]

@@ -21,7 +21,7 @@ class ScriptedLLM(LLM):
         self.script = {k: list(v) for k, v in script.items()}
         self.prompts: list[str] = []
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None) -> Completion:
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None) -> Completion:
         stage = messages[0]["content"].split("]")[0].removeprefix("[stage: ")
         self.prompts.append(messages[-1]["content"])
         queue = self.script.get(stage) or ["I am not sure what you mean."]

@@ -108,6 +108,17 @@ def test_single_model_experts_take_no_model_argument(settings):
     assert result.ok and result.data == {"final": True, "answer": "42"} and set(result.usage) == {"smollm2"}
 
 
+def test_program_expert_stops_at_the_closing_fence_and_runs_the_cut_reply(settings):
+    # what a stop-taking backend returns: the reply up to the closing fence, the fence left out
+    expert = Expert("```python\nprint(17 * 23)")
+    result = toolbox_with(expert, settings, ["ask_program"]).call(
+        "ask_program", {}, EpisodeContext(task="What is 17 * 23?"))
+    assert expert.calls[0]["stop"] == ["\n```\n"] and result.ok and result.data["answer"] == "391"
+    direct = Expert("391")
+    toolbox_with(direct, settings, ["ask_direct"]).call("ask_direct", {}, EpisodeContext(task="17 * 23?"))
+    assert direct.calls[0]["stop"] is None  # only the program role has a stop string
+
+
 def test_program_expert_answers_with_what_its_program_prints(settings):
     box = toolbox_with(Expert("```python\nx = 17 * 23\nprint('steps')\nprint(x)\n```"), settings, ["ask_program"])
     result = box.call("ask_program", {}, EpisodeContext(task="What is 17 * 23?"))

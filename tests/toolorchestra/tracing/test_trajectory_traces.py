@@ -25,7 +25,7 @@ class Echo(Tool):
 class TwoTurns(LLM):
     model = "two-turns"
 
-    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None):
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
         usage = Usage(prompt_tokens=50, completion_tokens=5)
         if messages[-1]["role"] == "tool":
             return Completion(text="done", usage=usage)
