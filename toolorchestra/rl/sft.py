@@ -31,22 +31,13 @@ log = logging.getLogger(__name__)
 def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                     settings: SFTSettings, seed: int = 0) -> list[dict[str, list[int]]]:
     """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per task that has one
-    (tool-use tasks, QA calculations and lookups), balanced across kinds: taken in turn from each
-    kind (tool use; each QA category), each in a seeded order, up to `max_examples`.
-
-    Why balanced: the first `max_examples` of one shuffled order had a mix that moved with prompt
-    length (which tool-use trajectories fit `max_length`): 27 calculations, 17 lookups and 4
-    tickets with JSON tool schemas in the prompt, 18, 13 and 17 with signature lines, and that
-    warm start answered every lookup with `code_interpreter` instead of `local_search`."""
+    (tool-use tasks, QA calculations and lookups), in a seeded order."""
     encoder = TranscriptEncoder(tokenizer)
-    cap = settings.max_examples
     seen: set[tuple[str, str | None, str]] = set()
-    by_kind: dict[str, list[dict[str, list[int]]]] = {}
+    examples = []
     order = list(instances)
     random.Random(seed).shuffle(order)
     for instance in order:
-        if cap is not None and by_kind and all(len(found) >= cap for found in by_kind.values()):
-            break  # every kind seen can fill the cap alone
         key = (instance.kind, instance.domain, instance.task_id)
         if key in seen:
             continue
@@ -58,15 +49,9 @@ def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenize
         if len(encoded.ids) > settings.max_length:
             log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id, len(encoded.ids))
             continue
-        kind = "tool_use" if instance.kind == "tool_use" else (instance.data_source or instance.kind)
-        by_kind.setdefault(kind, []).append({"input_ids": encoded.ids, "assistant_masks": encoded.mask})
-    queues = [found for _, found in sorted(by_kind.items())]
-    examples: list[dict[str, list[int]]] = []
-    for turn in range(max((len(q) for q in queues), default=0)):
-        examples.extend(q[turn] for q in queues if turn < len(q))
-    if cap is not None:
-        examples = examples[:cap]
-    log.info("golden trajectories per kind: %s (kept %d)", {k: len(v) for k, v in sorted(by_kind.items())}, len(examples))
+        examples.append({"input_ids": encoded.ids, "assistant_masks": encoded.mask})
+        if settings.max_examples is not None and len(examples) >= settings.max_examples:
+            break
     return examples
 
 

@@ -24,29 +24,6 @@ def test_golden_examples_train_only_the_policys_turns(make_env, splits, tiny_llm
     assert too_short == []
 
 
-def test_golden_examples_take_each_kind_in_turn_up_to_the_cap(tiny_llm):
-    from types import SimpleNamespace
-
-    class Env:
-        def golden_conversation(self, instance):
-            return [{"role": "user", "content": instance.task_id}, {"role": "assistant", "content": "ok"}], []
-
-    kinds = ["tool_use"] * 10 + ["toolorchestra/qa/lookup"] * 3 + ["toolorchestra/qa/arithmetic"] * 5
-    instances = [SimpleNamespace(id=f"i{n}", kind="tool_use" if k == "tool_use" else "qa", domain="d", task_id=f"t{n}",
-                                 data_source=k) for n, k in enumerate(kinds)]
-    instances.append(instances[0])  # a task twice: one example
-
-    def picked(cap):
-        examples = golden_examples(Env(), instances, tiny_llm.tokenizer, SFTSettings(max_examples=cap))
-        tasks = [tiny_llm.tokenizer.decode(e["input_ids"]).split("user\n")[1].split("<|im_end|>")[0] for e in examples]
-        return [kinds[int(t[1:])] for t in tasks]
-
-    assert sorted(picked(6)) == sorted(["tool_use"] * 2 + ["toolorchestra/qa/lookup"] * 2 + ["toolorchestra/qa/arithmetic"] * 2)
-    # a kind that runs out leaves its turns to the others
-    assert sorted(picked(12)) == sorted(["tool_use"] * 5 + ["toolorchestra/qa/lookup"] * 3 + ["toolorchestra/qa/arithmetic"] * 4)
-    assert len(picked(None)) == 18
-
-
 def test_sft_lowers_the_loss_on_golden_trajectories(make_env, splits, tiny_llm, tmp_path):
     from transformers import LlamaForCausalLM
 
