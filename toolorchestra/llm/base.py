@@ -6,8 +6,10 @@ and for assistant turns optionally `tool_calls`) and OpenAI function-tool schema
 latency. Prices are not here: callers price `usage` from the tool catalog.
 
 `stop` (as OpenAI's): generation ends at the first of these strings and the reply leaves it out;
-`usage` counts the tokens generated. Policies that write tool calls ignore it (the program expert
-uses it to end its reply at the code block's closing fence instead of ~60 tokens of prose later).
+`usage` counts the tokens generated. The program expert uses it to end its reply at the code
+block's closing fence instead of ~60 tokens of prose later. Training rollout policies refuse it
+(a rollout's reply must be the tokens it sampled); scripted evaluation policies, which generate
+no text, ignore it.
 """
 
 from __future__ import annotations

@@ -274,13 +274,17 @@ class LlamaCppLLM(BatchLLM):
         row.new.append(token)
         if token in self.stop_ids:
             row.finish = "stop"
-        elif row.stop_texts and any(text in self.tokenizer.decode(row.new[-row.window:], skip_special_tokens=True)
-                                    for text in row.stop_texts):
+        elif row.stop_texts and self._at_stop_text(row):
             row.finish = "stop"
         elif len(row.new) >= row.max_tokens:
             row.finish = "length"
         if row.finish is not None:
             row.seconds = time.perf_counter() - row.started
+
+    def _at_stop_text(self, row: _Row) -> bool:
+        """Whether `row`'s last new tokens contain one of its stop texts (decoded once for all)."""
+        tail = self.tokenizer.decode(row.new[-row.window:], skip_special_tokens=True)
+        return any(text in tail for text in row.stop_texts)
 
     def _prefill(self, row: _Row, pinned: set[int]) -> None:
         """Put `row` in a sequence (from the longest live prefix), decode the rest of its prompt and

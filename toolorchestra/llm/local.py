@@ -27,21 +27,26 @@ def resolve_device(device: str) -> str:
 
 
 class StopAfterText:
-    """Stop a row once its newly generated text contains `text` (e.g. `</tool_call>`).
+    """Stop a row once its newly generated text contains `text` (e.g. `</tool_call>`), or any of
+    several texts.
 
     transformers' own `stop_strings` rebuilds a vocabulary-wide table on every generate() call
-    (about 15 s for SmolLM2 on two cores), so this decodes only each row's last few tokens.
+    (about 15 s for SmolLM2 on two cores), so this decodes only each row's last few tokens, once
+    per step for all texts; the window is at least the longest text (a token is one character or
+    more, so a text always fits).
     """
 
-    def __init__(self, tokenizer: Any, text: str, prompt_len: int, window: int = 8) -> None:
-        self.tokenizer, self.text, self.prompt_len, self.window = tokenizer, text, prompt_len, window
+    def __init__(self, tokenizer: Any, text: str | tuple[str, ...], prompt_len: int, window: int = 8) -> None:
+        self.texts = (text,) if isinstance(text, str) else tuple(text)
+        self.tokenizer, self.prompt_len = tokenizer, prompt_len
+        self.window = max([window, *(len(t) for t in self.texts)])
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
         tails = input_ids[:, max(self.prompt_len, input_ids.shape[1] - self.window):]
         texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
-        return torch.tensor([self.text in t for t in texts], device=input_ids.device)
+        return torch.tensor([any(s in t for s in self.texts) for t in texts], device=input_ids.device)
 
 
 class LocalLLM(BatchLLM):
@@ -98,7 +103,8 @@ class LocalLLM(BatchLLM):
         row_tools = tools_by_row(batch, tools, tools_per_row)
         prompts = [self.render(m, t) for m, t in zip(batch, row_tools, strict=True)]
         any_tools = any(row_tools)
-        extra = [s for s in stop or () if s]
+        extra = tuple(s for s in stop or () if s)
+        stop_texts = ((CLOSE,) if any_tools else ()) + extra
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         stop_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
         sampling: dict[str, Any] = {"do_sample": False}
@@ -116,8 +122,7 @@ class LocalLLM(BatchLLM):
                     pad_token_id=self.tokenizer.pad_token_id,
                     # One call per turn: stop right after a complete tool-call block (or a stop string).
                     stopping_criteria=StoppingCriteriaList(
-                        [StopAfterText(self.tokenizer, text, enc["input_ids"].shape[1], window=max(8, len(text)))
-                         for text in ([CLOSE] if any_tools else []) + extra]
+                        [StopAfterText(self.tokenizer, stop_texts, enc["input_ids"].shape[1])] if stop_texts else []
                     ),
                     **sampling,
                 )
