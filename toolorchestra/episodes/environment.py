@@ -347,6 +347,9 @@ CODE_TOOL, SEARCH_TOOL = "code_interpreter", "local_search"
 CATEGORY_TOOLS: dict[str, tuple[str, ...]] = {"qa_arithmetic": (CODE_TOOL,), "qa_lookup": (SEARCH_TOOL,)}
 """QA category -> the basic tools that solve it: the assembly offers them with every item of that
 category, and its golden trajectory calls them."""
+QA_BASIC_TOOLS: tuple[str, ...] = tuple(dict.fromkeys(t for tools in CATEGORY_TOOLS.values() for t in tools))
+"""Every basic tool some QA category needs: the assembly offers all of them with every QA item, so
+the question, not which basic tool happens to be offered, decides the call."""
 
 
 def _qa_item(instance: Instance) -> Any:

@@ -23,7 +23,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
 END_OF_TURN = "<|im_end|>"
 # Bump when the conversion changes, so stale caches are rebuilt.
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 
 
 def chat_template() -> str:

@@ -4,7 +4,8 @@ Each instance pairs one validated task with a preference (or none), a random sub
 catalog's tools, and a randomly perturbed price schedule, as the paper does so the policy learns to
 read the tools and prices it is given instead of memorising one catalog:
 
-- **tools**: what the task needs is always offered (a QA task: the catalog's `answer`-role tools;
+- **tools**: what the task needs is always offered (a QA task: the catalog's `answer`-role tools and
+  every basic tool, code and search, whichever its category needs;
   a tool-use task: all of its domain's tools, which are not catalog tools), plus every tool the
   preference names (an avoidance must be testable), plus a uniformly sized random sample of the
   other catalog tools (at least `min_catalog_tools` catalog tools in all);
@@ -44,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from toolorchestra.agent.loop import SYSTEM_PROMPT, user_message
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.envs.task import dump_task
-from toolorchestra.episodes.environment import CATEGORY_TOOLS, DEFAULT_PREFERENCE
+from toolorchestra.episodes.environment import DEFAULT_PREFERENCE, QA_BASIC_TOOLS
 from toolorchestra.episodes.instance import Instance, Split
 from toolorchestra.episodes.pool import QAItem, TaskPool, ToolUseTask, load_pool, task_domain, task_prompt
 from toolorchestra.episodes.reward import ACCURACY, check_preference
@@ -240,8 +241,10 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
         preference = rng.choice(preferences)
     pref_tools = [t for t in (preference.tools if preference else []) if t in {x.name for x in catalog.tools}]
     if isinstance(task, QAItem):
-        # The basic tool that solves the category is always offered (the routing to learn).
-        fitting = [t for t in CATEGORY_TOOLS.get(task.qa_category, ()) if t in {x.name for x in catalog.tools}]
+        # Every basic tool (code and search) is always offered, the one that solves the category among
+        # them: the routing to learn. Offered alone, the fitting tool was a shortcut ("call the basic
+        # tool that is offered") that a warm start learned instead of reading the question.
+        fitting = [t for t in QA_BASIC_TOOLS if t in {x.name for x in catalog.tools}]
         required = answer_tools(catalog) + pref_tools + fitting
         # A synthesized item names its domain: the episode's local search is scoped to it.
         question, policy, domain, domain_tools = task.question, None, getattr(task, "domain", None), []

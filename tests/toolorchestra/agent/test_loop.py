@@ -218,7 +218,7 @@ def test_local_backend_renders_each_rows_tools(tiny_llm):
     specs = [Add().spec()], [Slow().spec()]
     out = tiny_llm.chat_batch([[{"role": "user", "content": "x"}]] * 2, tools_per_row=list(specs), max_tokens=2)
     assert len(out) == 2
-    assert '"name": "add"' in tiny_llm.render([{"role": "user", "content": "x"}], specs[0])
+    assert '\n- add(' in tiny_llm.render([{"role": "user", "content": "x"}], specs[0])
     with pytest.raises(ValueError, match="one entry per chat"):
         tiny_llm.chat_batch([[{"role": "user", "content": "x"}]], tools_per_row=[], max_tokens=2)
 

@@ -16,8 +16,29 @@ def test_converted_smollm2_has_fixed_eos_pad_and_tool_template(smollm2_dir):
     rendered = tok.apply_chat_template(
         [{"role": "user", "content": "hi"}], tools=TOOLS, add_generation_prompt=True, tokenize=False
     )
-    assert '"name": "lookup"' in rendered and "<tool_call>" in rendered
+    assert "\n- lookup(q?: string): find things<|im_end|>" in rendered and "<tool_call>" in rendered
     assert rendered.endswith("<|im_start|>assistant\n")
+
+
+def test_template_lists_each_tool_as_one_signature_line(tiny_llm):
+    tools = [
+        {"type": "function", "function": {"name": "set_status", "description": "Change a loan's status.", "parameters": {
+            "type": "object", "required": ["loan_id", "status"], "properties": {
+                "loan_id": {"type": "string", "description": "not rendered"},
+                "status": {"type": "string", "enum": ["open", "returned"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "due": {"type": ["string", "null"]},
+                "extra": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "anything": {}}}}},
+        {"name": "answer", "parameters": {"type": "object", "properties": {}}},   # unwrapped, no description
+    ]
+    text = tiny_llm.render([{"role": "user", "content": "q"}], tools)
+    assert ('\n- set_status(loan_id: string, status: "open"|"returned", tags?: string[], due?: string|null, '
+            'extra?: {"n": {"type": "integer"}}, anything?: any): Change a loan\'s status.') in text
+    assert "\n- answer()<|im_end|>" in text
+    assert "not rendered" not in text and '"type": "function"' not in text
+    # the call format the policy must write is stated once
+    assert text.count('<tool_call>\n{"name": <tool>, "arguments": {<arg>: <value>}}\n</tool_call>') == 1
 
 
 def test_template_renders_calls_and_tool_results_hermes_style(tiny_llm):

@@ -252,3 +252,26 @@ def test_an_unknown_heldout_domain_is_a_clear_error(validated):
 
     with pytest.raises(ConfigError, match="resturant"):
         split_tasks(load_pool(validated), 0.25, seed=0, heldout_domains=["resturant"])
+
+
+def test_every_qa_item_offers_every_basic_tool(validated, tmp_path):
+    # Before: a QA item was offered the basic tool its category needs plus a random sample of the
+    # rest, so half the demo's training items offered one basic tool, and a warm start learned to
+    # call whichever was offered: held-out lookups offered both went to code_interpreter (17 of 19).
+    from helpers.pref_fixtures import expert_catalog_data
+
+    from toolorchestra.tools.catalog import parse_catalog
+
+    data = expert_catalog_data()
+    data["tools"].append({"name": "local_search", "kind": "search", "description": "Search the local documents.",
+                          "backend": {"type": "local_search", "documents": "corpus"}, "price": {"per_call": 0.00001}})
+    catalog = parse_catalog(data, source="<test catalog>", base_dir=tmp_path)
+    pairs, _ = generate_grammar_pairs(catalog)
+    train, evaluation = split_pairs(pairs, SplitConfig())
+    config = AssemblyConfig(instances_per_task=6, p_no_preference=0.5, eval_task_fraction=0.25, seed=5)
+    built = assemble(load_pool(validated), catalog, train, evaluation, config)
+    qa = [i for split in built.values() for i in split if i.kind == "qa"]
+    assert len(qa) >= 6
+    assert all({"code_interpreter", "local_search"} <= set(i.catalog_tools) for i in qa)
+    tool_use = [i for split in built.values() for i in split if i.kind == "tool_use"]
+    assert any("local_search" not in i.catalog_tools for i in tool_use)  # tickets still get random subsets
