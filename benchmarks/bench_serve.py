@@ -50,8 +50,7 @@ def policy_llm(kind: str):
 
 
 def served_model(llm, settings):
-    from toolorchestra.registry.policy import RegisteredModel
-    from toolorchestra.registry.pyfunc import system_prompt
+    from toolorchestra.registry.policy import RegisteredModel, system_prompt
     from toolorchestra.serving.models import ServedModel
     from toolorchestra.tools.catalog import Price, parse_catalog
     from toolorchestra.tools.toolbox import build_toolbox

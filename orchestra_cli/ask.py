@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -65,18 +65,20 @@ def ask(
     from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import json_text
     from toolorchestra.core.settings import load_settings
-    from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars
+    from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars, system_prompt
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
 
     settings = load_settings()
     cat = load_catalog(catalog) if catalog else None
     observation_limit: dict[str, int] = {}
+    manifest: dict[str, Any] = {}
     if is_registry_ref(policy):  # models:/NAME@ALIAS or models:/NAME/VERSION from the MLflow registry
         registered = load_registered(policy, settings)
         llm, price = registered.llm, registered.price
         cat = cat or registered.catalog  # by default, the tools and prices it was trained with
         observation_limit = {"max_observation_chars": observation_chars(registered.manifest)}
+        manifest = registered.manifest
     else:
         cat = cat or load_embedded_catalog()
         llm, price = resolve_policy(cat, policy, settings)
@@ -86,8 +88,10 @@ def ask(
         raise ConfigError(None, f"{', '.join(unknown)}: not in the catalog; its tools: "
                           f"{', '.join(t.name for t in cat.tools)}", key="--tools")
     toolbox = build_toolbox(cat, settings, only=only, **observation_limit)
-    orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns,
-                                max_tokens=max_tokens, temperature=temperature, budget_usd=budget)
+    # The prompt of training (and of the server): the system prompt with the offered tools' prices.
+    orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns, max_tokens=max_tokens,
+                                temperature=temperature, budget_usd=budget,
+                                system_prompt=system_prompt(cat, manifest, only))
     trajectory = orchestrator.run(question, preference)
     trace_id = _trace(trajectory, settings, policy) if trace else None
     if as_json:

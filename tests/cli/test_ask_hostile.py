@@ -1,6 +1,6 @@
-"""`orchestra ask` against a scripted OpenAI-compatible policy on loopback: a lone surrogate in the
-model's tool arguments still gives valid `--json`; a failing policy endpoint is a non-zero exit;
-an unknown `--tools` name is a one-line error (exit 2)."""
+"""`orchestra ask` against a scripted OpenAI-compatible policy on loopback: the prompt carries the
+price sheet of training; a lone surrogate in the model's tool arguments still gives valid `--json`;
+a failing policy endpoint is a non-zero exit; an unknown `--tools` name is a one-line error (exit 2)."""
 
 from __future__ import annotations
 
@@ -66,3 +66,22 @@ def test_an_unknown_tool_is_a_one_line_error(tmp_path, capsys):
     assert main(["ask", "hi", "--catalog", str(catalog), "--tools", "code_interpreter,nosuch"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: <config>: --tools: nosuch: not in the catalog; its tools: code_interpreter", err
+
+
+def test_ask_shows_the_policy_the_prompt_of_training_with_its_price_sheet(tmp_path, capsys, monkeypatch):
+    # Before: `ask` sent the bare system prompt, which no training instance has (every one carries
+    # the offered tools' prices), and the demo's champion sent "What is 17 * 23?" to local_search.
+    monkeypatch.setenv("ORCHESTRA_WORKSPACE", str(tmp_path))
+    requests: list[dict] = []
+
+    def reply(headers: dict, body: bytes) -> str:
+        requests.append(json.loads(body))
+        return "42"
+
+    with chat_server(reply, model="policy", usage=(3, 2)) as url:
+        catalog = write_catalog(tmp_path, url)
+        assert main(["ask", "What is 6 * 7?", "--catalog", str(catalog), "--no-trace", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["answer"] == "42"
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].endswith("\n\nPrices of your tools (USD):\n- code_interpreter: $0.001 per call")

@@ -67,6 +67,24 @@ def observation_chars(manifest: dict[str, Any]) -> int:
     return int(value) if isinstance(value, int) and value > 0 else MAX_OBSERVATION_CHARS
 
 
+def system_prompt(catalog: Catalog, manifest: dict[str, Any], tools: list[str] | None = None) -> str:
+    """The system prompt a policy was trained with: the loop's system prompt (the manifest's) and the
+    price sheet of the offered tools (`tools`, default every catalog tool) at catalog prices, as
+    `preferences.assemble` renders it for every training instance. `orchestra ask`, the server and
+    the pyfunc all use it: without the price sheet, `ask` showed the champion a prompt it had
+    never seen, and it sent "What is 17 * 23?" to local_search."""
+    from toolorchestra.agent.loop import SYSTEM_PROMPT
+    from toolorchestra.preferences.assemble import price_sheet
+
+    base = manifest.get("system_prompt") or SYSTEM_PROMPT
+    offered = [t.name for t in catalog.tools if tools is None or t.name in set(tools)]
+    if not offered:
+        return base
+    sheet = price_sheet(catalog, offered, {t.name: t.price for t in catalog.tools},
+                        {alias: m.price for alias, m in catalog.models.items()})
+    return f"{base}\n\n{sheet}"
+
+
 def is_registry_ref(text: str | None) -> bool:
     return bool(text) and str(text).startswith("models:/")
 

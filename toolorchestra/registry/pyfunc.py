@@ -40,21 +40,6 @@ def signature() -> Any:
     )
 
 
-def system_prompt(catalog: Any, manifest: dict[str, Any]) -> str:
-    """The prompt the policy was trained with: the loop's system prompt and the price sheet of
-    every catalog tool at catalog prices (as `preferences.assemble` renders it)."""
-    from toolorchestra.agent.loop import SYSTEM_PROMPT
-    from toolorchestra.preferences.assemble import price_sheet
-
-    base = manifest.get("system_prompt") or SYSTEM_PROMPT
-    tools = [t.name for t in catalog.tools]
-    if not tools:
-        return base
-    sheet = price_sheet(catalog, tools, {t.name: t.price for t in catalog.tools},
-                        {alias: m.price for alias, m in catalog.models.items()})
-    return f"{base}\n\n{sheet}"
-
-
 def _questions(model_input: Any) -> list[tuple[str, str | None]]:
     import pandas as pd
 
@@ -85,7 +70,7 @@ class OrchestratorModel(mlflow.pyfunc.PythonModel):
 
         self.policy, self.catalog, self.manifest = load_bundle(context.artifacts)
         self.price = policy_price(self.catalog, self.manifest)
-        from toolorchestra.registry.policy import observation_chars
+        from toolorchestra.registry.policy import observation_chars, system_prompt
 
         self.toolbox = build_toolbox(self.catalog, load_settings(), max_observation_chars=observation_chars(self.manifest))
         self.system_prompt = system_prompt(self.catalog, self.manifest)

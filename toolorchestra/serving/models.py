@@ -79,8 +79,7 @@ def calibrated_vector(tags: dict[str, str]) -> dict[str, float]:
 
 
 def served_from(registered: RegisteredModel, settings: Settings) -> ServedModel:
-    from toolorchestra.registry.policy import observation_chars
-    from toolorchestra.registry.pyfunc import system_prompt
+    from toolorchestra.registry.policy import observation_chars, system_prompt
 
     episode = registered.manifest.get("episode") or {}
     return ServedModel(
