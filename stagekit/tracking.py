@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from toolorchestra.core.settings import Settings
-from toolorchestra.core.stopping import RUN_TOKEN_ENV, RUN_TOKEN_TAG
+from toolorchestra.core.stopping import RUN_TOKEN_ENV, RUN_TOKEN_TAG, stop_behind, stops_requested
 
 PARENT_RUN_ENV = "ORCHESTRA_PARENT_RUN_ID"
 FLOW_RUN_ENV = "ORCHESTRA_FLOW_RUN_ID"
@@ -113,13 +113,17 @@ def ended_killed_on_stop() -> Iterator[None]:
     after a SIGKILL, when nothing in the run can (orchestra_cli/lifeline.py)."""
     import mlflow
 
+    before = stops_requested()
     try:
         yield
     except BaseException as exc:
-        if isinstance(exc, Exception):
+        stop = stop_behind(exc, before)  # a stop that library cleanup turned into another error
+        if isinstance(stop, Exception):
             raise  # a failure: mlflow's own exit marks it FAILED
         # KeyboardInterrupt (Ctrl-C, `Stopped`), SystemExit, Prefect's TerminationSignal: a stop.
         mlflow.end_run("KILLED")
+        if stop is not exc:
+            raise stop from exc
         raise
 
 
@@ -138,12 +142,13 @@ def stage_run(settings: Settings, stage: str, *, params: dict[str, Any], deps: l
     if os.environ.get(RUN_TOKEN_ENV):
         tags[RUN_TOKEN_TAG] = os.environ[RUN_TOKEN_ENV]
     parent = os.environ.get(PARENT_RUN_ENV) or None
-    with mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent, tags=tags) as run:
+    # A stop while the parameters are logged ends the run KILLED too (it can cut an sqlite write short).
+    with mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent, tags=tags) as run, \
+            ended_killed_on_stop():
         flat = {k: v for k, v in flatten("", params).items()}
         # MLflow caps a param value at 6000 characters; long lists are summarised.
         mlflow.log_params({k: (str(v)[:500]) for k, v in flat.items()})
-        with ended_killed_on_stop():
-            yield run
+        yield run
 
 
 @contextlib.contextmanager

@@ -180,6 +180,36 @@ def test_a_stopped_stage_is_recorded_killed_and_its_mlflow_run_ends_killed(works
     assert not (workspace / "out" / "table.txt").exists()
 
 
+def test_a_stop_that_cleanup_turned_into_another_error_is_still_a_stop(workspace, monkeypatch):
+    """Before: Ctrl-C cut an sqlite write of MLflow short, its rollback raised "database is locked"
+    instead, the stage was recorded a crash and the flow retried it: the run ended 0, not 130."""
+    import mlflow
+
+    from stagekit.status import read_status
+    from toolorchestra.core.stopping import Stopped
+
+    def interrupted_run(params, paths):
+        try:
+            raise Stopped(signal.SIGINT)  # the signal handler, inside library code
+        except KeyboardInterrupt:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked") from None
+
+    monkeypatch.setattr(sys.modules["pipelines.fakestage"], "run", interrupted_run)
+    s = settings(workspace)
+    with pytest.raises(Stopped) as stopped:
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=s)
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+    assert read_status(workspace, "fakestage")["kind"] == "killed"
+    mlflow.set_tracking_uri(s.tracking_uri)
+    from stagekit.tracking import configure
+
+    assert [r.info.status for r in mlflow.search_runs([configure(s)], output_format="list")] == ["KILLED"]
+    monkeypatch.setattr(sys.modules["pipelines.fakestage"], "run", lambda params, paths: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # a later failure of the same process is a failure again
+        run_stage("fakestage", params_file=workspace / "params.yaml", settings=s)
+    assert read_status(workspace, "fakestage")["kind"] == "crash"
+
+
 def test_a_key_written_twice_is_an_error_naming_the_line(workspace):
     (workspace / "params.yaml").write_text("fakestage:\n  factor: 2\n  deps: {source: data/source.txt}\n"
                                           "  factor: 3\n")

@@ -63,6 +63,21 @@ def requested_stop() -> int | None:
     return _requested[0] if _requested else None
 
 
+def stops_requested() -> int:
+    """How many stops this process has raised so far: compare before and after a piece of work."""
+    return len(_requested)
+
+
+def stop_behind(exc: BaseException, stops_before: int) -> BaseException:
+    """`exc`, or the stop it stands for when a stop was raised since `stops_before`: code that a
+    stop interrupts may raise another error while it cleans up (sqlite's "database is locked" from
+    the rollback of an MLflow write the signal cut short), and a stop must not pass for a crash
+    (the flow retries crashes)."""
+    if isinstance(exc, Exception) and len(_requested) > stops_before:
+        return Stopped(_requested[stops_before])
+    return exc
+
+
 def stop_on_signals(before: Callable[[int], None] | None = None) -> None:
     """Make SIGTERM and SIGINT raise `Stopped` in the main thread (a no-op elsewhere);
     `before(signum)` runs first (e.g. to pass the signal on to child processes)."""
