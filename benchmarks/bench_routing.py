@@ -61,8 +61,11 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
 
     llm = LlamaCppLLM.from_local(LocalLLM(model_dir, device="cpu"), settings.workspace / ".orchestra" / "models" / "gguf")
     specs = [env.setup(item).specs for item in items]
-    replies = llm.chat_batch([[dict(m) for m in item.prompt] for item in items], tools_per_row=specs,
-                             max_tokens=max_tokens)
+    try:
+        replies = llm.chat_batch([[dict(m) for m in item.prompt] for item in items], tools_per_row=specs,
+                                 max_tokens=max_tokens)
+    finally:
+        llm.close()
     called = []
     for reply in replies:
         try:
@@ -71,7 +74,6 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
             called.append("(malformed)")
             continue
         called.append(call.name if call is not None else "(no call)")
-    llm.close()
     return called
 
 
@@ -114,15 +116,15 @@ def main() -> None:
 
         from toolorchestra.rl.train import resolve_model_folder, use_bf16, warm_start
 
+        work = args.out or settings.workspace / ".orchestra" / "bench_routing"
         base = resolve_model_folder(config.base_model, settings)
         start = base
         if args.template is not None:  # the base model with another chat template
-            start = (args.out or settings.workspace / ".orchestra" / "bench_routing") / "base"
+            start = work / "base"
             tokenizer = AutoTokenizer.from_pretrained(base)
             tokenizer.chat_template = args.template.read_text()
             AutoModelForCausalLM.from_pretrained(base).save_pretrained(start)
             tokenizer.save_pretrained(start)
-        work = args.out or settings.workspace / ".orchestra" / "bench_routing"
         began = time.perf_counter()
         model_dir, _ = warm_start(config, env, train_items, start, work, use_cpu=True, bf16=use_bf16(config, "cpu"))
         sft_seconds = time.perf_counter() - began

@@ -30,7 +30,7 @@ from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.core.fs import atomic_write_json, replace_path
 from toolorchestra.core.paths import check_replaceable, check_stage_paths, record_outputs, resolve_user_path
 from toolorchestra.core.settings import Settings, load_settings
-from toolorchestra.core.stopping import stop_behind, stops_requested
+from toolorchestra.core.stopping import stops_prevail
 from toolorchestra.core.yaml_strict import strict_load
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -153,15 +153,9 @@ def run_stage(name: str, *, params_file: str | Path = "params.yaml", settings: S
 
     params_file = Path(params_file).resolve()
     workspace = (settings.workspace if settings else params_file.parent)
-    stops_before = stops_requested()
     try:
-        try:
+        with stops_prevail():  # a stop that cleanup code turned into another error is a stop
             metrics = _run_stage(name, params_file, settings, track)
-        except BaseException as exc:  # a stop that cleanup code turned into another error is a stop
-            stop = stop_behind(exc, stops_before)
-            if stop is not exc:
-                raise stop from exc
-            raise
     except OrchestraError as exc:
         write_status(workspace, name, ok=False, kind="invalid", message=str(exc))
         raise

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from toolorchestra.core.settings import Settings
-from toolorchestra.core.stopping import RUN_TOKEN_ENV, RUN_TOKEN_TAG, stop_behind, stops_requested
+from toolorchestra.core.stopping import RUN_TOKEN_ENV, RUN_TOKEN_TAG, stops_prevail
 
 PARENT_RUN_ENV = "ORCHESTRA_PARENT_RUN_ID"
 FLOW_RUN_ENV = "ORCHESTRA_FLOW_RUN_ID"
@@ -113,17 +113,14 @@ def ended_killed_on_stop() -> Iterator[None]:
     after a SIGKILL, when nothing in the run can (orchestra_cli/lifeline.py)."""
     import mlflow
 
-    before = stops_requested()
     try:
-        yield
+        with stops_prevail():  # a stop that library cleanup turned into another error is a stop
+            yield
     except BaseException as exc:
-        stop = stop_behind(exc, before)  # a stop that library cleanup turned into another error
-        if isinstance(stop, Exception):
+        if isinstance(exc, Exception):
             raise  # a failure: mlflow's own exit marks it FAILED
         # KeyboardInterrupt (Ctrl-C, `Stopped`), SystemExit, Prefect's TerminationSignal: a stop.
         mlflow.end_run("KILLED")
-        if stop is not exc:
-            raise stop from exc
         raise
 
 

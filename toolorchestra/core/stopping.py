@@ -9,9 +9,10 @@ SIGTERM is to die at once, skipping every `finally`).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 RUN_TOKEN_ENV = "ORCHESTRA_RUN_TOKEN"
@@ -63,19 +64,19 @@ def requested_stop() -> int | None:
     return _requested[0] if _requested else None
 
 
-def stops_requested() -> int:
-    """How many stops this process has raised so far: compare before and after a piece of work."""
-    return len(_requested)
-
-
-def stop_behind(exc: BaseException, stops_before: int) -> BaseException:
-    """`exc`, or the stop it stands for when a stop was raised since `stops_before`: code that a
+@contextlib.contextmanager
+def stops_prevail() -> Iterator[None]:
+    """Raise the stop, not the error, when the body fails after a stop was raised in it: code that a
     stop interrupts may raise another error while it cleans up (sqlite's "database is locked" from
     the rollback of an MLflow write the signal cut short), and a stop must not pass for a crash
     (the flow retries crashes)."""
-    if isinstance(exc, Exception) and len(_requested) > stops_before:
-        return Stopped(_requested[stops_before])
-    return exc
+    before = len(_requested)
+    try:
+        yield
+    except Exception as exc:
+        if len(_requested) > before:
+            raise Stopped(_requested[before]) from exc
+        raise
 
 
 def stop_on_signals(before: Callable[[int], None] | None = None) -> None:

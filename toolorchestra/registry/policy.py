@@ -77,7 +77,8 @@ def system_prompt(catalog: Catalog, manifest: dict[str, Any], tools: list[str] |
     from toolorchestra.preferences.assemble import price_sheet
 
     base = manifest.get("system_prompt") or SYSTEM_PROMPT
-    offered = [t.name for t in catalog.tools if tools is None or t.name in set(tools)]
+    wanted = None if tools is None else set(tools)
+    offered = [t.name for t in catalog.tools if wanted is None or t.name in wanted]
     if not offered:
         return base
     sheet = price_sheet(catalog, offered, {t.name: t.price for t in catalog.tools},
