@@ -33,8 +33,9 @@ evaluation on the same tasks, tools and prices.
 
 Both fixed routes see only the offered tools; a strongest or cheapest expert the method is not
 offered is skipped. The price of an (expert tool, model) without measurements is the tool's
-per-call price plus `samples` x (`NOMINAL_PROMPT_TOKENS` + `max_tokens`) tokens at the model's
-catalog price, so a 5-sample vote prices at about 5 direct answers.
+per-call price and that of the tool it runs inside (a program's sandbox), plus `samples` x
+(`NOMINAL_PROMPT_TOKENS` + `max_tokens`) tokens at the model's catalog price, so a 5-sample vote
+prices at about 5 direct answers.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def expert_choices(catalog: Catalog) -> list[ExpertChoice]:
             else:
                 tokens = Usage(prompt_tokens=NOMINAL_PROMPT_TOKENS * backend.samples_per_call,
                                 completion_tokens=backend.max_tokens * backend.samples_per_call)
-                price = entry.price.per_call + catalog.models[alias].price.tokens_cost(tokens)
+                inner = sum(catalog.tool(t).price.per_call for t in catalog.inner_tools(entry))
+                price = entry.price.per_call + inner + catalog.models[alias].price.tokens_cost(tokens)
             out.append(ExpertChoice(tool=entry.name, alias=alias, accuracy=accuracy, n=n, price=price))
     return out
 

@@ -210,7 +210,12 @@ def price_sheet(catalog: Catalog, tools: list[str], tool_prices: dict[str, Price
     lines = []
     for name in tools:
         entry = catalog.tool(name)
-        line = f"- {name}: {_format_price(tool_prices[name])}"
+        own = _format_price(tool_prices[name])
+        # a sheet that hid an expert's sandbox run would make it look cheaper than it is; the run is
+        # billed at the episode's price of that tool (the catalog's when it is not offered)
+        inner = [f"its {t} run ({_format_price(tool_prices.get(t) or catalog.tool(t).price)})"
+                 for t in catalog.inner_tools(entry)]
+        line = f"- {name}: " + " + ".join(([] if inner and own == "free" else [own]) + inner)
         if isinstance(entry.backend, ExpertBackend):
             models = ", ".join(f"{a} {_format_price(model_prices[a])}" for a in entry.backend.models)
             line += f"; models: {models}"

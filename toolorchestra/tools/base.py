@@ -3,7 +3,8 @@
 A tool takes JSON arguments (already validated against its JSON schema by the caller) and returns
 a `ToolOutput`: the observation text the orchestrator reads, plus accounting. A tool never prices
 itself: it reports the tokens each model used (keyed by the catalog's model alias) and the caller
-prices them from the catalog, so prices come from one place.
+prices them from the catalog, so prices come from one place. A tool that runs another tool (an
+expert's program in the code interpreter) reports the run in `inner_calls`, priced the same way.
 
 A tool signals a problem the model can react to (bad input, not configured, a timeout) by raising
 `ToolError`; the agent loop turns it into an error observation.
@@ -34,6 +35,9 @@ class ToolOutput(BaseModel):
     """Tokens used inside the tool, per catalog model alias (empty for non-LLM tools)."""
     data: Any = None
     """Structured result for the caller (e.g. the final answer), never shown to the model."""
+    inner_calls: list[tuple[str, float]] = Field(default_factory=list)
+    """Runs of other tools made inside this one, (tool name, seconds): the caller prices each as a
+    call of that tool, so an expert's sandbox run costs what the policy's own run of it costs."""
 
 
 VALIDATION_ONLY = frozenset({"additionalProperties", "minLength", "maxLength", "pattern", "default"})

@@ -197,6 +197,23 @@ class Catalog(BaseModel):
                 return tool
         raise KeyError(name)
 
+    def code_tool(self) -> ToolEntry | None:
+        """The code-interpreter tool that `program` and `reason` experts run their code in."""
+        return next((t for t in self.tools if isinstance(t.backend, CodeInterpreterBackend)), None)
+
+    def inner_tools(self, entry: ToolEntry) -> list[str]:
+        """Catalog tools a call of `entry` runs inside and is billed for at their prices (a
+        `program`/`reason` expert's code-interpreter run, a `search` expert's retrieval)."""
+        backend = entry.backend
+        if not isinstance(backend, ExpertBackend):
+            return []
+        if backend.role in ("program", "reason"):
+            code = self.code_tool()
+            return [code.name] if code is not None else []
+        if backend.role == "search" and backend.retrieval:
+            return [backend.retrieval]
+        return []
+
     def resolve(self, path: str) -> Path:
         candidate = Path(path).expanduser()
         if candidate.is_absolute() or self.base_dir is None:

@@ -13,7 +13,8 @@ Roles (what the expert does with the task):
 - `answer`: the expert replies with the final answer; the task ends with it;
 - `program`: the expert writes a short Python program, the code interpreter runs it, and the last
   line it printed is the final answer (the task ends); a program that fails or prints nothing
-  ends nothing: the observation says what happened;
+  ends nothing: the observation says what happened. The run is reported as an inner call of the
+  code interpreter, so it is billed at that tool's price, like the policy's own runs;
 - `vote`: self-consistency: `samples` answers sampled at `temperature` (one call each, seeded from
   the prompt, so repeatable), a majority vote over their final answers (the last number of a
   reply when it has one, else its normalised text; ties: the earliest); the task ends with the
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -203,6 +205,10 @@ class ExpertTool(Tool):
             raise ToolError(f"unknown model {alias!r}; choose one of {sorted(self.llms)}")
         return str(alias)
 
+    def inner_tools(self) -> list[str]:
+        """Names of the tools a call runs inside (reported back in `ToolOutput.inner_calls`)."""
+        return [tool.name for tool in (self.run_code, self.retrieval) if tool is not None]
+
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
         return self.run_in_context(arguments, None)
 
@@ -257,48 +263,54 @@ class ExpertTool(Tool):
     def _finish_ask(self, text: str, usage: dict[str, Usage]) -> ToolOutput:
         return ToolOutput(content=text.strip() or "(empty reply)", usage=usage)
 
-    def _run_program(self, code: str) -> tuple[str, bool, str]:
-        """(observation of the run, ok, stdout)."""
+    def _run_program(self, code: str) -> tuple[str, bool, str, list[tuple[str, float]]]:
+        """(observation of the run, ok, stdout, the run as an inner call for the toolbox to price)."""
         assert self.run_code is not None
+        started = time.perf_counter()
         try:
             result = self.run_code.run({"code": code})
         except ToolError as exc:
-            return f"error: {exc}", False, ""
+            return f"error: {exc}", False, "", [(self.run_code.name, time.perf_counter() - started)]
+        ran = [(self.run_code.name, time.perf_counter() - started)]
         stdout = result.data.get("stdout", "") if isinstance(result.data, dict) else ""
-        return result.content, result.ok, stdout
+        return result.content, result.ok, stdout, ran
 
     def _finish_reason(self, text: str, usage: dict[str, Usage]) -> ToolOutput:
         code = extract_code(text)
         if not code:
             return ToolOutput(content=f"The expert wrote no code. Its reply:\n{text.strip()}", usage=usage)
-        output, ok, _ = self._run_program(code)
-        return ToolOutput(content=f"Code:\n```python\n{code}\n```\nOutput:\n{output}", ok=ok, usage=usage)
+        output, ok, _, ran = self._run_program(code)
+        return ToolOutput(content=f"Code:\n```python\n{code}\n```\nOutput:\n{output}", ok=ok, usage=usage,
+                          inner_calls=ran)
 
     def _finish_program(self, text: str, usage: dict[str, Usage]) -> ToolOutput:
         code = extract_code(text)
         if not code:
             return ToolOutput(content="The expert wrote no program; the task is not finished.", ok=False, usage=usage,
                               data={"final": False, "answer": ""})
-        output, ok, stdout = self._run_program(code)
+        output, ok, stdout, ran = self._run_program(code)
         lines = [line.strip() for line in stdout.splitlines() if line.strip()]
         if not ok or not lines:
             why = "failed" if not ok else "printed nothing"
             return ToolOutput(content=f"The program {why}; the task is not finished.\nCode:\n```python\n{code}\n```\n"
-                              f"Output:\n{output}", ok=False, usage=usage, data={"final": False, "answer": ""})
+                              f"Output:\n{output}", ok=False, usage=usage, data={"final": False, "answer": ""},
+                              inner_calls=ran)
         answer = lines[-1]  # programs often print steps first: the answer is the last line
         return ToolOutput(content=f"{answer} (printed by the expert's program)", usage=usage,
-                          data={"final": True, "answer": answer, "code": code})
+                          data={"final": True, "answer": answer, "code": code}, inner_calls=ran)
 
     def _finish_search(self, text: str, usage: dict[str, Usage]) -> ToolOutput:
         query = text.strip().splitlines()[0].strip().strip('"') if text.strip() else ""
         if not query:
             return ToolOutput(content="The expert wrote no query.", ok=False, usage=usage)
         assert self.retrieval is not None
+        started = time.perf_counter()
         found = self.retrieval.run({"query": query})
+        ran = [(self.retrieval.name, time.perf_counter() - started), *found.inner_calls]
         merged = dict(usage)
         for alias, used in found.usage.items():
             merged[alias] = merged.get(alias, Usage()) + used
-        return ToolOutput(content=f"Query: {query}\n{found.content}", ok=found.ok, usage=merged)
+        return ToolOutput(content=f"Query: {query}\n{found.content}", ok=found.ok, usage=merged, inner_calls=ran)
 
 
 LLMResolver = Callable[[str], LLM]

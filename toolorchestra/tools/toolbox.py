@@ -7,7 +7,9 @@ so the policy can map a model-level preference ("do not ask smollm2-vote5") to t
 unknown tool, arguments that fail the JSON schema, a `ToolError`, an LLM endpoint that fails
 after its retries, or an unexpected exception all come back as an error observation the model can
 react to. Each call is timed and priced from the catalog: the tool's per-call and per-second
-prices plus the tokens of every model it used, at that model's catalog price.
+prices, plus the tokens of every model it used at that model's catalog price, plus every tool it
+ran inside (an expert's program in the code interpreter) at that tool's per-call and per-second
+prices: the same sandbox run costs the same whoever asks for it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class CallResult(BaseModel):
     latency_s: float = 0.0
     usage: dict[str, Usage] = Field(default_factory=dict)
     data: Any = None
+    inner_calls: list[tuple[str, float]] = Field(default_factory=list)
+    """Tools run inside this one, (name, seconds), each billed at that tool's price."""
 
 
 def _truncate(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
@@ -73,21 +77,27 @@ class Toolbox:
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
 
-    def price(self, tool: str, latency_s: float, usage: dict[str, Usage]) -> float:
+    def price(self, tool: str, latency_s: float, usage: dict[str, Usage],
+              inner_calls: Iterable[tuple[str, float]] = ()) -> float:
         price = self.prices.get(tool, Price())
         cost = price.per_call + price.per_second * latency_s
         for alias, used in usage.items():
             cost += self.model_prices.get(alias, Price()).tokens_cost(used)
+        for inner, seconds in inner_calls:
+            inner_price = self.prices.get(inner, Price())
+            cost += inner_price.per_call + inner_price.per_second * seconds
         return cost
 
     def cost_bound(self, name: str, arguments: dict[str, Any], context: EpisodeContext | None = None) -> float:
         """What a call may cost before it runs (for a cost budget), USD: the tool's per-call price,
         and for an expert its model's prompt (over-estimated from the characters it will see) and
-        `max_tokens` of output, times its samples for a vote expert. Per-second prices are
-        unknowable up front and only charged after."""
+        `max_tokens` of output, times its samples for a vote expert, and the per-call price of the
+        tool it runs inside. Per-second prices are unknowable up front and only charged after."""
         tool = self.tools.get(name)
         cost = self.prices.get(name, Price()).per_call
         if isinstance(tool, ExpertTool):
+            for inner in tool.inner_tools():
+                cost += self.prices.get(inner, Price()).per_call
             try:
                 alias = tool.alias_for(arguments)
             except ToolError:
@@ -115,14 +125,15 @@ class Toolbox:
                               ok=False, error="invalid_arguments")
         started = time.perf_counter()
         usage: dict[str, Usage] = {}
+        inner_calls: list[tuple[str, float]] = []
         try:
             if isinstance(tool, ExpertTool):
                 output = tool.run_in_context(arguments, context)
             else:
                 output = tool.run(arguments)
-            usage = output.usage
+            usage, inner_calls = output.usage, output.inner_calls
             result = CallResult(observation=_truncate(output.content, self.max_observation_chars), ok=output.ok, usage=usage,
-                                data=output.data, error=None if output.ok else "tool_error")
+                                data=output.data, error=None if output.ok else "tool_error", inner_calls=inner_calls)
         except ToolError as exc:
             result = CallResult(observation=f"Error: {name}: {exc}", ok=False, error="tool_error")
         except LLMError as exc:
@@ -132,7 +143,7 @@ class Toolbox:
                                 ok=False, error="crash")
         latency = time.perf_counter() - started
         result.latency_s = latency
-        result.cost_usd = self.price(name, latency, usage)
+        result.cost_usd = self.price(name, latency, usage, inner_calls)
         return result
 
 
@@ -188,7 +199,7 @@ def build_toolbox(
         elif isinstance(backend, ExpertBackend):
             helpers: dict[str, Tool] = {}
             if backend.role in ("reason", "program"):
-                code_entry = next((t for t in catalog.tools if isinstance(t.backend, CodeInterpreterBackend)), None)
+                code_entry = catalog.code_tool()
                 helpers["run_code"] = build(code_entry) if code_entry else _default_code_interpreter()
             if backend.role == "search":
                 helpers["retrieval"] = build(catalog.tool(backend.retrieval or ""))
@@ -198,6 +209,7 @@ def build_toolbox(
                               samples=backend.samples, temperature=backend.temperature, **helpers)
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unsupported backend {backend!r}")
+        tool.name = entry.name  # the catalog's name, which prices and offers the tool
         if entry.description:
             tool.description = entry.description
         if isinstance(tool, ExpertTool) and tool.fixed_alias and tool.fixed_alias not in tool.description:

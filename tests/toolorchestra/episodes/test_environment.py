@@ -137,3 +137,27 @@ def test_qa_golden_conversations_route_calculations_to_code_and_lookups_to_scope
             assert all(key in observation["content"] for key in re.findall(r"'([^']+)'", instance.question))
         found[category] += 1
     assert found["qa_arithmetic"] >= 5 and found["qa_lookup"] >= 3, found
+
+
+def test_an_offered_program_expert_pays_for_its_sandbox_run_when_the_code_tool_is_not_offered(
+        rl_tasks, settings, splits, scripted_expert):
+    """The episode bills an expert's sandbox run at the code tool's price even when the instance does
+    not offer that tool (its prices hold only the offered tools): before, the run was free there."""
+    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.tools.catalog import Price, load_embedded_catalog
+    from toolorchestra.tools.experts import EpisodeContext
+
+    catalog = load_embedded_catalog().subset(["code_interpreter", "ask_program"])
+    env = RolloutEnvironment(catalog, settings, DomainLocator([rl_tasks]), EpisodeConfig(),
+                             llm_for=lambda alias: scripted_expert("```python\nprint(6 * 7)\n```"))
+    qa = next(i for i in splits["train"] if i.kind == "qa")
+    instance = qa.model_copy(update={"catalog_tools": ["ask_program"], "tool_prices": {"ask_program": Price()},
+                                     "model_prices": {"smollm2": Price()}})
+    box = env.setup(instance).toolbox
+    assert list(box.tools) == ["ask_program"]
+    result = box.call("ask_program", {}, EpisodeContext(task="What is 6 * 7?"))
+    [(inner, seconds)] = result.inner_calls
+    sandbox = catalog.tool("code_interpreter").price
+    assert inner == "code_interpreter" and result.data["answer"] == "42"
+    assert result.cost_usd == pytest.approx(sandbox.per_call + sandbox.per_second * seconds)

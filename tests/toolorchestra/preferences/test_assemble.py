@@ -275,3 +275,25 @@ def test_every_qa_item_offers_every_basic_tool(validated, tmp_path):
     assert all({"code_interpreter", "local_search"} <= set(i.catalog_tools) for i in qa)
     tool_use = [i for split in built.values() for i in split if i.kind == "tool_use"]
     assert any("local_search" not in i.catalog_tools for i in tool_use)  # tickets still get random subsets
+
+
+def test_the_price_sheet_bills_a_program_experts_sandbox_run_at_the_code_tools_price():
+    from toolorchestra.preferences.assemble import price_sheet
+    from toolorchestra.tools.catalog import load_embedded_catalog
+
+    catalog = load_embedded_catalog()
+    tools = ["code_interpreter", "ask_direct", "ask_program"]
+    sheet = price_sheet(catalog, tools, {t: catalog.tool(t).price for t in tools},
+                        {alias: m.price for alias, m in catalog.models.items()})
+    lines = {line.split(":")[0]: line for line in sheet.splitlines()[1:]}
+    # the policy sees that asking for a program costs a sandbox run too, not only the expert's tokens
+    assert lines["- ask_program"].startswith(
+        "- ask_program: its code_interpreter run ($1e-05 per call + $5e-05 per second); models: smollm2 ")
+    assert "code_interpreter" not in lines["- ask_direct"]
+    assert lines["- code_interpreter"] == "- code_interpreter: $1e-05 per call + $5e-05 per second"
+    # offered without the code tool, and with the episode's own (perturbed) price when it is offered
+    alone = price_sheet(catalog, ["ask_program"], {"ask_program": Price()}, {"smollm2": Price()})
+    assert "its code_interpreter run ($1e-05 per call + $5e-05 per second)" in alone
+    jittered = price_sheet(catalog, ["code_interpreter", "ask_program"],
+                           {"code_interpreter": Price(per_call=2e-05), "ask_program": Price()}, {"smollm2": Price()})
+    assert "- ask_program: its code_interpreter run ($2e-05 per call)" in jittered

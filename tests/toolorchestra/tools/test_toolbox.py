@@ -56,8 +56,11 @@ def test_enhance_reasoning_runs_the_experts_code_in_the_sandbox(settings):
     result = box.call("enhance_reasoning", {"model": "smollm2"}, EpisodeContext(task="What is 17 * 23?"))
     assert result.ok and "391" in result.observation and "print(17 * 23)" in result.observation
     assert "What is 17 * 23?" in expert.prompts[0]
-    # 1000 + 100 tokens at the catalog's 0.02 $/Mtok
-    assert result.cost_usd == pytest.approx(1100 * 0.02 / 1e6)
+    # 1000 + 100 tokens at the catalog's 0.02 $/Mtok, and the sandbox run at code_interpreter's price
+    [(inner, seconds)] = result.inner_calls
+    sandbox = paper_style_catalog().tool("code_interpreter").price
+    assert inner == "code_interpreter" and 0 < seconds <= result.latency_s
+    assert result.cost_usd == pytest.approx(1100 * 0.02 / 1e6 + sandbox.per_call + sandbox.per_second * seconds)
     assert result.usage["smollm2"].completion_tokens == 100
 
 
@@ -66,7 +69,9 @@ def test_search_expert_queries_the_local_corpus(settings):
                         only=["search"])
     result = box.call("search", {"model": "smollm2"}, EpisodeContext(task="Which city is Australia's capital?"))
     assert result.ok and "Canberra" in result.observation
-    assert result.cost_usd > 0
+    [(inner, seconds)] = result.inner_calls  # the retrieval it ran, billed as a local_search call
+    assert inner == "local_search"
+    assert result.cost_usd == pytest.approx(1100 * 0.02 / 1e6 + paper_style_catalog().tool("local_search").price.per_call)
 
 
 def test_embedded_basic_tools_take_one_argument(settings):
@@ -123,8 +128,30 @@ def test_program_expert_answers_with_what_its_program_prints(settings):
     box = toolbox_with(Expert("```python\nx = 17 * 23\nprint('steps')\nprint(x)\n```"), settings, ["ask_program"])
     result = box.call("ask_program", {}, EpisodeContext(task="What is 17 * 23?"))
     assert result.ok and result.data["final"] and result.data["answer"] == "391"
-    # the sandbox run is priced too: the tool's per-call price plus the expert's tokens
-    assert result.cost_usd == pytest.approx(0.00001 + 1100 * 0.02 / 1e6)
+    # the expert's tokens, plus its sandbox run billed exactly as the policy's own code_interpreter
+    # call is (per call + per second): before, the expert's run was billed its per-call price only
+    sandbox = load_embedded_catalog().tool("code_interpreter").price
+    [(inner, seconds)] = result.inner_calls
+    assert inner == "code_interpreter" and seconds > 0.01  # a real sandbox process ran
+    assert result.cost_usd == pytest.approx(1100 * 0.02 / 1e6 + sandbox.per_call + sandbox.per_second * seconds)
+
+
+def test_an_experts_sandbox_run_is_billed_under_the_catalogs_name_for_the_code_tool(settings):
+    import yaml
+
+    data = yaml.safe_load(embedded_catalog_path().read_text())
+    for tool in data["tools"]:
+        if tool["name"] == "code_interpreter":
+            tool["name"], tool["price"] = "python", {"per_call": 0.5}
+    catalog = parse_catalog(data, source="renamed", base_dir=embedded_catalog_path().parent)
+    box = build_toolbox(catalog, settings, llm_for=lambda alias: Expert("```python\nprint(6 * 7)\n```"),
+                        only=["python", "ask_program"])
+    assert set(box.tools) == {"python", "ask_program"}  # offered and priced under the catalog's name
+    assert box.call("python", {"code": "print(1)"}).cost_usd == pytest.approx(0.5)
+    result = box.call("ask_program", {}, EpisodeContext(task="What is 6 * 7?"))
+    assert result.data["answer"] == "42" and [name for name, _ in result.inner_calls] == ["python"]
+    assert result.cost_usd == pytest.approx(0.5 + 1100 * 0.02 / 1e6)
+    assert box.cost_bound("ask_program", {}, EpisodeContext(task="q")) >= 0.5  # a budget sees the run coming
 
 
 @pytest.mark.parametrize("reply, why", [
