@@ -123,6 +123,8 @@ class Sizes:
     sft_steps: int
     sft_batch: int
     grpo_steps: int
+    prompts_per_step: int
+    """GRPO groups per optimisation step (tasks x `generations` rollouts each)"""
     generations: int
     max_turns: int
     max_tokens: int
@@ -132,13 +134,13 @@ class Sizes:
 
 
 QUICK = Sizes(tasks_per_domain=5, qa_per_domain=4, db_size=8, eval_tool_use=2, eval_qa=2, eval_preferences=2,
-              sft_steps=1, sft_batch=2, grpo_steps=1, generations=2, max_turns=2, max_tokens=8,
+              sft_steps=1, sft_batch=2, grpo_steps=1, prompts_per_step=1, generations=2, max_turns=2, max_tokens=8,
               max_completion_length=128, batch_size=8)
 CPU = Sizes(tasks_per_domain=24, qa_per_domain=8, db_size=30, eval_tool_use=10, eval_qa=6, eval_preferences=4,
-            sft_steps=12, sft_batch=2, grpo_steps=6, generations=4, max_turns=3, max_tokens=48,
+            sft_steps=12, sft_batch=4, grpo_steps=3, prompts_per_step=8, generations=4, max_turns=3, max_tokens=48,
             max_completion_length=768, batch_size=8)
 GPU = Sizes(tasks_per_domain=60, qa_per_domain=20, db_size=40, eval_tool_use=40, eval_qa=20, eval_preferences=16,
-            sft_steps=60, sft_batch=8, grpo_steps=40, generations=8, max_turns=4, max_tokens=96,
+            sft_steps=60, sft_batch=8, grpo_steps=40, prompts_per_step=16, generations=8, max_turns=4, max_tokens=96,
             max_completion_length=1024, batch_size=32)
 
 
@@ -570,6 +572,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         "sft": {"steps": sizes.sft_steps, "batch_size": sizes.sft_batch, "learning_rate": args.sft_lr,
                 "max_examples": 64},
         "grpo": {"steps": sizes.grpo_steps, "num_generations": sizes.generations, "learning_rate": args.grpo_lr,
+                 "prompts_per_step": sizes.prompts_per_step,
                  "max_completion_length": sizes.max_completion_length, "save_steps": max(1, sizes.grpo_steps)},
         "log_checkpoint_artifact": False, "engine": engine,
     })
@@ -577,7 +580,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         config = config.model_copy(update={"grpo": config.grpo.model_copy(update={"rollout_engine": "llamacpp"})})
     domains = DomainLocator([tasks])
     t_train = time.perf_counter()
-    log(f"training: SFT {sizes.sft_steps} x {sizes.sft_batch}, GRPO {sizes.grpo_steps} x {sizes.generations} ...")
+    log(f"training: SFT {sizes.sft_steps} x {sizes.sft_batch}, GRPO {sizes.grpo_steps} steps x "
+        f"{sizes.prompts_per_step} tasks x {sizes.generations} rollouts ...")
     grpo = train_trl(config, train_set, catalog=catalog, settings=settings, domains=domains, out_dir=work / "sft_grpo",
                      warm_start_dir=work / "sft_only", llm_for=llm_for)
     trained = {"sft_grpo": grpo}
@@ -604,7 +608,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     by_name: dict[str, Method] = {m.name: m for m in methods}
     by_name["sft_grpo"] = by_name.pop(CANDIDATE)
     by_name["sft_grpo"].name = "sft_grpo"
-    by_name["sft_grpo"].description = f"SFT then GRPO ({sizes.grpo_steps} steps x {sizes.generations} rollouts)"
+    by_name["sft_grpo"].description = (f"SFT then GRPO ({sizes.grpo_steps} steps x {sizes.prompts_per_step} tasks x "
+                                       f"{sizes.generations} rollouts)")
     alias = manifest.get("policy_alias") or catalog.policy
     sft_llm, _, _ = load_orchestrator(work / "sft_only")
     sft_llm = as_engine(sft_llm, engine, settings)
