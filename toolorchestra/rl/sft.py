@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,47 +31,27 @@ log = logging.getLogger(__name__)
 def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                     settings: SFTSettings, seed: int = 0) -> list[dict[str, list[int]]]:
     """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per task that has one
-    (tool-use tasks, QA calculations and lookups), taken in turn from each stratum of tasks (an
-    instance's `data_source`: QA calculations, QA lookups, each tool-use domain; seeded order
-    within each) until `max_examples`. Taken in one shuffled order instead, a category with few
-    tasks barely reached the warm start: the 2026-12-02 demo's training set had 8 tool-use
-    instances short enough for the episode among 151, and its 48 examples held 1 ticket."""
+    (tool-use tasks, QA calculations and lookups), in a seeded order."""
     encoder = TranscriptEncoder(tokenizer)
     seen: set[tuple[str, str | None, str]] = set()
-    strata: dict[str, list[Instance]] = {}
+    examples = []
     order = list(instances)
     random.Random(seed).shuffle(order)
     for instance in order:
         key = (instance.kind, instance.domain, instance.task_id)
-        if key not in seen:
-            seen.add(key)
-            strata.setdefault(instance.data_source, []).append(instance)
-
-    def encoded(instance: Instance) -> dict[str, list[int]] | None:
+        if key in seen:
+            continue
+        seen.add(key)
         golden = env.golden_conversation(instance)
         if golden is None:
-            return None
-        tokens = encoder.encode(golden[0], golden[1])
-        if len(tokens.ids) > settings.max_length:
-            log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id, len(tokens.ids))
-            return None
-        return {"input_ids": tokens.ids, "assistant_masks": tokens.mask}
-
-    def next_example(queue: Iterator[Instance]) -> dict[str, list[int]] | None:
-        return next((example for example in map(encoded, queue) if example is not None), None)
-
-    queues = [iter(strata[name]) for name in sorted(strata)]
-    examples: list[dict[str, list[int]]] = []
-    limit = settings.max_examples
-    while queues and (limit is None or len(examples) < limit):
-        for queue in list(queues):
-            example = next_example(queue)
-            if example is None:  # the stratum has no golden trajectory left
-                queues.remove(queue)
-                continue
-            examples.append(example)
-            if limit is not None and len(examples) >= limit:
-                break
+            continue
+        encoded = encoder.encode(golden[0], golden[1])
+        if len(encoded.ids) > settings.max_length:
+            log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id, len(encoded.ids))
+            continue
+        examples.append({"input_ids": encoded.ids, "assistant_masks": encoded.mask})
+        if settings.max_examples is not None and len(examples) >= settings.max_examples:
+            break
     return examples
 
 
