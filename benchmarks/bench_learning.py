@@ -35,10 +35,13 @@ and MLflow: a parent run with one nested run per arm (`--tracking-uri`, default 
 `--out`).
 
 Sizes: `--quick` is a smoke run (the test, a tiny model); the CPU defaults (24 tasks + 8 QA per
-domain, 10 + 10 tool-use and 6 + 6 QA held-out items, 4 preference items; SFT 12 x 2, GRPO 6 x 4
-rollouts, two GRPO seeds; at most 3 turns of 48 tokens, 3 domain tools offered) ran in 41.7 min
-on two cores shared with test runs (2026-12-01: 34 items, 38 episodes per arm; the figures are in
-the README). With CUDA the GPU defaults are larger. Every size has a flag.
+domain, 10 + 10 tool-use and 6 + 6 QA held-out items, 4 preference items; SFT 12 x 4, GRPO 3
+steps x 8 tasks x 4 rollouts, as the demo's train stage steps, two GRPO seeds; at most 3 turns of
+48 tokens, 3 domain tools offered) have not completed a run yet. The README's figures (2026-12-01,
+41.7 min on two cores shared with test runs, 34 items, 38 episodes per arm) are of the sizes
+before: `--sft-batch 2 --grpo-steps 6 --prompts-per-step 1`, one task per GRPO step, so GRPO saw
+three groups with reward spread in all. With CUDA the GPU defaults are larger. Every size has a
+flag.
 """
 
 from __future__ import annotations
