@@ -221,10 +221,10 @@ class RolloutEnvironment:
         catalog_box = self.catalog_toolbox(instance.catalog_tools) if instance.catalog_tools else None
         if catalog_box is not None:
             tools.extend(_scoped(catalog_box.tools[name], instance.domain) for name in instance.catalog_tools)
-        model_prices = {**{a: m.price for a, m in self.catalog.models.items()}, **instance.model_prices}
+        model_prices = {**self.catalog.model_prices(), **instance.model_prices}
         # catalog prices under the instance's: an expert's sandbox run is billed even when the
         # code tool itself is not offered
-        tool_prices = {**{t.name: t.price for t in self.catalog.tools}, **instance.tool_prices}
+        tool_prices = {**self.catalog.tool_prices(), **instance.tool_prices}
         box = Toolbox(tools, prices=tool_prices, model_prices=model_prices,
                       max_observation_chars=self.config.max_observation_chars)
         return EpisodeSetup(instance=instance, toolbox=box, specs=box.specs(), env=env)

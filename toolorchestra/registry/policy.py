@@ -81,8 +81,7 @@ def system_prompt(catalog: Catalog, manifest: dict[str, Any], tools: list[str] |
     offered = [t.name for t in catalog.tools if wanted is None or t.name in wanted]
     if not offered:
         return base
-    sheet = price_sheet(catalog, offered, {t.name: t.price for t in catalog.tools},
-                        {alias: m.price for alias, m in catalog.models.items()})
+    sheet = price_sheet(catalog, offered, catalog.tool_prices(), catalog.model_prices())
     return f"{base}\n\n{sheet}"
 
 

@@ -197,6 +197,14 @@ class Catalog(BaseModel):
                 return tool
         raise KeyError(name)
 
+    def tool_prices(self) -> dict[str, Price]:
+        """Each tool's catalog price, by tool name."""
+        return {t.name: t.price for t in self.tools}
+
+    def model_prices(self) -> dict[str, Price]:
+        """Each model's catalog price, by alias."""
+        return {alias: m.price for alias, m in self.models.items()}
+
     def code_tool(self) -> ToolEntry | None:
         """The code-interpreter tool that `program` and `reason` experts run their code in."""
         return next((t for t in self.tools if isinstance(t.backend, CodeInterpreterBackend)), None)

@@ -270,8 +270,10 @@ class ExpertTool(Tool):
         try:
             result = self.run_code.run({"code": code})
         except ToolError as exc:
-            return f"error: {exc}", False, "", [(self.run_code.name, time.perf_counter() - started)]
-        ran = [(self.run_code.name, time.perf_counter() - started)]
+            result = exc
+        ran = [(self.run_code.name, time.perf_counter() - started)]  # billed whether it worked or not
+        if isinstance(result, ToolError):
+            return f"error: {result}", False, "", ran
         stdout = result.data.get("stdout", "") if isinstance(result.data, dict) else ""
         return result.content, result.ok, stdout, ran
 

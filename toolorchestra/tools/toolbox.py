@@ -223,8 +223,8 @@ def build_toolbox(
     tools = [build(catalog.tool(name)) for name in [t.name for t in catalog.tools if t.name in wanted]]
     return Toolbox(
         tools,
-        prices={t.name: t.price for t in catalog.tools},
-        model_prices={alias: m.price for alias, m in catalog.models.items()},
+        prices=catalog.tool_prices(),
+        model_prices=catalog.model_prices(),
         max_observation_chars=max_observation_chars,
     )
 
