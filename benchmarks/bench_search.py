@@ -2,15 +2,18 @@
 
 Generates a deterministic synthetic corpus (sentences drawn from a fixed vocabulary), indexes it
 with the embedder the arguments name (default: the bundled all-MiniLM-L6-v2 on CPU), then
-reloads it from the cache and times queries. Prints one line per figure.
+reloads it from the cache and times the same queries twice: hybrid (the tool's default: faiss
+and BM25, scores fused) and dense only (`lexical: false`). Prints one line per figure; with `--json`
+the last line is one JSON object with them.
 
-    .venv/bin/python benchmarks/bench_search.py --docs 200 --queries 50
+    .venv/bin/python benchmarks/bench_search.py --docs 200 --queries 50 [--json]
     .venv/bin/python benchmarks/bench_search.py --device cuda --docs 5000
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
@@ -47,6 +50,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,19 +75,33 @@ def main() -> None:
         assert not reloaded.index.built and embedder.texts_embedded == before
 
         rng = random.Random(args.seed + 1)
-        latencies = []
-        for _ in range(args.queries):
-            query = " ".join(rng.choice(WORDS) for _ in range(6))
-            t0 = time.perf_counter()
-            reloaded.run({"query": query, "top_k": 5})
-            latencies.append((time.perf_counter() - t0) * 1000)
+        queries = [" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(args.queries)]
+        dense = reloaded.scoped(None)
+        dense.lexical = False
+        latencies: dict[str, list[float]] = {"hybrid": [], "dense": []}
+        for query in queries:
+            for name, tool_view in (("hybrid", reloaded), ("dense", dense)):
+                t0 = time.perf_counter()
+                tool_view.run({"query": query, "top_k": 5})
+                latencies[name].append((time.perf_counter() - t0) * 1000)
 
+    def p95(values: list[float]) -> float:
+        return statistics.quantiles(values, n=20)[-1] if len(values) > 1 else values[0]
+
+    figures = {"benchmark": "search", "docs": args.docs, "chunks": n_chunks, "model_load_s": round(load_s, 3),
+               "index_build_s": round(build_s, 3), "cache_reload_ms": round(reload_s * 1000, 1)}
+    for name, values in latencies.items():
+        figures[f"query_p50_ms_{name}"] = round(statistics.median(values), 2)
+        figures[f"query_p95_ms_{name}"] = round(p95(values), 2)
     print(f"corpus: {args.docs} docs, {n_chunks} chunks ({args.chunk_chars} chars, {args.chunk_overlap} overlap)")
     print(f"model load: {load_s:.2f} s on {args.device}")
     print(f"index build: {build_s:.2f} s ({n_chunks / build_s:.0f} chunks/s, embedding + faiss + cache write)")
-    print(f"cache reload: {reload_s * 1000:.0f} ms (no embedding)")
-    p95 = statistics.quantiles(latencies, n=20)[-1] if len(latencies) > 1 else latencies[0]
-    print(f"query latency: p50 {statistics.median(latencies):.1f} ms, p95 {p95:.1f} ms over {len(latencies)} queries")
+    print(f"cache reload: {reload_s * 1000:.0f} ms (no embedding; BM25 rebuilt from the chunks)")
+    for name, values in latencies.items():
+        print(f"query latency, {name}: p50 {statistics.median(values):.1f} ms, p95 {p95(values):.1f} ms "
+              f"over {len(values)} queries")
+    if args.json:
+        print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ class LocalSearchBackend(BaseModel):
     embedder: EmbedderConfig = Field(default_factory=LocalEmbedderConfig)
     chunk_chars: int = Field(800, ge=50, le=1_000_000)
     chunk_overlap: int = Field(100, ge=0, le=1_000_000)
+    lexical: bool = Field(True, description="fuse BM25's word ranking with the embedding's (false: dense only)")
 
 
 class WebSearchBackend(BaseModel):

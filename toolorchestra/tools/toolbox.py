@@ -190,7 +190,7 @@ def build_toolbox(
             tool = LocalSearch.from_config(LocalSearchConfig(
                 docs_dir=catalog.resolve(backend.documents), cache_dir=settings.state / "search-index",
                 embedder=backend.embedder, chunk_chars=backend.chunk_chars,
-                chunk_overlap=backend.chunk_overlap))
+                chunk_overlap=backend.chunk_overlap, lexical=backend.lexical))
         elif isinstance(backend, WebSearchBackend):
             from toolorchestra.tools.web_search import WebSearch, WebSearchConfig
 
