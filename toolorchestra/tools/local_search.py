@@ -29,6 +29,7 @@ import json
 import logging
 import shutil
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -306,7 +307,12 @@ class SearchIndex:
         self.embedder = embedder
         self.built = built
         """True when this instance embedded the documents, False when it came from the cache."""
-        self.lexical = LexicalIndex([_chunk_text_for_search(c) for c in chunks])
+
+    @cached_property
+    def lexical(self) -> LexicalIndex:
+        """The BM25 index of the chunks, built at the first search that uses it (a dense-only
+        tool never pays for it)."""
+        return LexicalIndex([_chunk_text_for_search(c) for c in self.chunks])
 
     @classmethod
     def build(
@@ -413,12 +419,12 @@ class SearchIndex:
         # faiss pads with -1 when fewer results exist
         cosine = {idx: score for score, idx in zip(scores[0].tolist(), ids[0].tolist(), strict=True) if idx >= 0}
         words = self.lexical.search(query, pool) if lexical else {}
-        for idx in words.keys() - cosine.keys():  # found by its words alone: its cosine all the same
-            cosine[idx] = float(self.index.reconstruct(idx) @ vector[0])
         if scope is not None:
             prefix = f"{scope}/"
             cosine, words = ({i: v for i, v in found.items() if self.chunks[i].doc_id.startswith(prefix)}
                              for found in (cosine, words))
+        for idx in words.keys() - cosine.keys():  # found by its words alone: its cosine all the same
+            cosine[idx] = float(self.index.reconstruct(idx) @ vector[0])
         hits = []
         for idx in fuse_scores(cosine, words)[:top_k]:
             chunk, score = self.chunks[idx], cosine[idx]

@@ -7,6 +7,7 @@ against a real HTTP server on 127.0.0.1 that answers like `/v1/embeddings`.
 
 from __future__ import annotations
 
+import copy
 import doctest
 import hashlib
 import json
@@ -148,13 +149,18 @@ def test_relevant_document_ranks_first(shared_tool: LocalSearch, query: str, exp
     out = shared_tool.run({"query": query, "top_k": 3})
     assert out.data[0]["source"] == expected_source
     assert f"[1] source: {expected_source}" in out.content
-    dense = shared_tool.scoped(None)
-    dense.lexical = False
-    out = dense.run({"query": query, "top_k": 3})
+    out = dense_only(shared_tool).run({"query": query, "top_k": 3})
     assert out.data[0]["source"] == expected_source
     scores = [hit["score"] for hit in out.data]  # dense only: ranked by the cosine it shows
     assert scores == sorted(scores, reverse=True)
     assert out.data[0]["score"] > out.data[1]["score"]
+
+
+def dense_only(tool: LocalSearch) -> LocalSearch:
+    """The same index searched by the embedding alone (`lexical: false`)."""
+    view = copy.copy(tool)
+    view.lexical = False
+    return view
 
 
 def random_id(rng, n: int = 10) -> str:
@@ -182,8 +188,8 @@ def records(embedder: LocalEmbedder) -> tuple[LocalSearch, list[str]]:
 
 def test_a_record_id_retrieves_its_record_first(records: tuple[LocalSearch, list[str]]) -> None:
     tool, ids = records
-    dense = tool.scoped(None)
-    dense.lexical = False
+    dense = dense_only(tool)
+
     def question(key: str) -> str:
         return f"What is the slot date of the appointment with id '{key}'?"
 
@@ -202,8 +208,7 @@ def test_a_hit_only_bm25_found_shows_its_cosine(records: tuple[LocalSearch, list
     the embedding ranked below its pool, and their score is still their cosine (what `score`
     means), not 0 or BM25's."""
     tool, ids = records
-    dense = tool.scoped(None)
-    dense.lexical = False
+    dense = dense_only(tool)
     monkeypatch.setattr(local_search_module, "FUSION_EXACT", 0)
     monkeypatch.setattr(local_search_module, "FUSION_POOL", 1)  # pool = 10 x top_k = 10 of 60 chunks
     outside = 0
