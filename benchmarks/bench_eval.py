@@ -151,7 +151,10 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
         print(f"  differs: {d}")
     import torch
 
-    return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "episodes": old["episodes"], "max_turns": args.max_turns,
+    from toolorchestra.llm.llamacpp import built_features
+
+    return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
+            "episodes": old["episodes"], "max_turns": args.max_turns,
             "max_tokens": args.max_tokens, "weights": args.weights,
             "episodes_per_s_old": old["episodes"] / old["seconds"],
             "episodes_per_s_new": new["episodes"] / new["seconds"], "speedup": speedup,

@@ -108,13 +108,15 @@ def main() -> None:
 
     from toolorchestra.core.settings import Settings, find_workspace
     from toolorchestra.llm.config import LlamaCppLLMConfig, LocalLLMConfig, build_llm
+    from toolorchestra.llm.llamacpp import built_features
 
     settings = Settings(workspace=find_workspace(Path(__file__).resolve().parent))
     batch, specs = chats(args.prompts)
     engines = {"transformers": build_llm(LocalLLMConfig(model=args.model, device="cpu"), settings),
                "llamacpp": build_llm(LlamaCppLLMConfig(model=args.model, weights=args.weights), settings)}
     print(f"{args.model}: {args.prompts} chats, {len(specs)} tool schemas, max_tokens={args.max_tokens}, "
-          f"GGUF {args.weights}; torch threads {torch.get_num_threads()}, llama.cpp threads "
+          f"GGUF {args.weights}; llama.cpp built with {'/'.join(built_features())}; "
+          f"torch threads {torch.get_num_threads()}, llama.cpp threads "
           f"{engines['llamacpp'].n_threads} (n_parallel {engines['llamacpp'].n_parallel}), load average {os.getloadavg()[0]:.1f}")
     figures = {}
     for name, llm in engines.items():
@@ -136,6 +138,7 @@ def main() -> None:
         print(json.dumps({
             "benchmark": "generation", "model": args.model, "weights": args.weights, "prompts": args.prompts,
             "max_tokens": args.max_tokens, "torch_threads": torch.get_num_threads(),
+            "llamacpp_kernels": built_features(),
             "tokens_per_s": {name: {k: v for k, v in f.items() if k.endswith("_per_s")} for name, f in figures.items()},
             "ratio_llamacpp_over_transformers": ratios,
             "greedy_identical_batch1": sum(same1), "greedy_identical_batched": sum(same_b), "chats": len(same1),

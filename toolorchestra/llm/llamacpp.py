@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolorchestra.core.errors import ConfigError
+from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, cut_at_stop, tools_by_row
 from toolorchestra.llm.gguf_export import GGUFWeights
 from toolorchestra.llm.hermes import CLOSE
@@ -65,6 +65,47 @@ def _quiet_log(level: int, text: bytes, user_data: Any) -> None:
         import sys
 
         print(text.decode("utf-8", "replace"), end="", file=sys.stderr, flush=True)
+
+
+CPU_FEATURES = {"AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni",
+                "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
+                "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
+"""llama.cpp's name of a kernel family it was compiled with (`llama_print_system_info`) -> the
+`/proc/cpuinfo` flag a CPU needs to run it."""
+
+
+def built_features(system_info: str | None = None) -> list[str]:
+    """The kernel families of `CPU_FEATURES` that llama.cpp was compiled with, from `system_info`
+    (default: the installed library's), e.g. ["AVX", "AVX2", ..., "AVX512", "AVX512_VNNI"]."""
+    if system_info is None:
+        import llama_cpp
+
+        system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    on = {name for name, flag in (part.split("=", 1) for part in system_info.replace(" ", "").split("|") if "=" in part)
+          if flag == "1"}
+    return [name for name in CPU_FEATURES if name in on]
+
+
+def check_cpu_features(system_info: str, cpu_flags: set[str] | None) -> None:
+    """Refuse a llama.cpp build whose kernels this CPU cannot run (a wheel built on another machine:
+    the Makefile builds for the CPU it runs on), with how to rebuild, before the first decode dies
+    of an illegal instruction. `cpu_flags` None (no /proc/cpuinfo) checks nothing."""
+    if cpu_flags is None:
+        return
+    missing = [name for name in built_features(system_info) if CPU_FEATURES[name] not in cpu_flags]
+    if missing:
+        raise OrchestraError(f"llama-cpp-python was built with {', '.join(missing)} kernels that this CPU lacks "
+                             "(a wheel built on another machine?); rebuild it here: `make -B install` (or "
+                             "`make -B install LLAMA_ISA=avx2` for a portable build)")
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), None)
+    return set(line.split(":", 1)[1].split()) if line else None
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -134,6 +175,7 @@ class LlamaCppLLM(BatchLLM):
         global _backend_ready, _log_callback
         with _backend_lock:
             if not _backend_ready:
+                check_cpu_features(llama_cpp.llama_print_system_info().decode("utf-8", "replace"), _cpu_flags())
                 _log_callback = llama_cpp.llama_log_callback(_quiet_log)  # kept referenced: C holds it
                 llama_cpp.llama_log_set(_log_callback, None)
                 llama_cpp.llama_backend_init()

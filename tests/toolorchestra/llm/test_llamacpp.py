@@ -285,3 +285,27 @@ def test_a_call_arriving_mid_batch_joins_it_at_the_next_step(tiny_folder, engine
     assert shared.tickets_joined == 1
     assert 2 in steps[3:]  # decode steps with both rows
     assert returned_at < len(steps)  # the short call returned while the long one was still decoding
+
+
+BUILT_AVX512 = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | "
+
+
+def test_a_build_with_kernels_the_cpu_lacks_is_refused_with_how_to_rebuild():
+    from toolorchestra.core.errors import OrchestraError
+    from toolorchestra.llm.llamacpp import built_features, check_cpu_features
+
+    assert built_features(BUILT_AVX512) == ["AVX", "AVX2", "F16C", "FMA", "BMI2", "AVX512", "AVX512_VNNI"]
+    avx2_cpu = {"avx", "avx2", "f16c", "fma", "bmi2", "sse3"}
+    with pytest.raises(OrchestraError, match=r"AVX512, AVX512_VNNI kernels that this CPU lacks.*make -B install"):
+        check_cpu_features(BUILT_AVX512, avx2_cpu)
+    check_cpu_features(BUILT_AVX512, avx2_cpu | {"avx512f", "avx512_vnni"})  # an AVX512 CPU runs it
+    check_cpu_features(BUILT_AVX512.replace("AVX512 = 1", "AVX512 = 0").replace("_VNNI = 1", "_VNNI = 0"), avx2_cpu)
+    check_cpu_features(BUILT_AVX512, None)  # no /proc/cpuinfo: nothing to compare with
+
+
+def test_this_machines_llamacpp_build_runs_on_its_cpu():
+    import llama_cpp
+
+    from toolorchestra.llm.llamacpp import _cpu_flags, check_cpu_features
+
+    check_cpu_features(llama_cpp.llama_print_system_info().decode(), _cpu_flags())
