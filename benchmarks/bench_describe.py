@@ -46,6 +46,7 @@ def main() -> None:
     from toolorchestra.describe.measure import DescribeConfig, measure
     from toolorchestra.episodes.pool import load_pool
     from toolorchestra.llm.config import LlamaCppLLMConfig, build_llm, on_engine
+    from toolorchestra.llm.llamacpp import built_features
     from toolorchestra.tools.catalog import load_embedded_catalog
 
     settings = Settings(workspace=find_workspace(Path(__file__).resolve().parent))
@@ -90,7 +91,7 @@ def main() -> None:
         print(f"  differs: {d}")
     if args.json:
         print(json.dumps({"benchmark": "describe", "samples_per_category": args.samples, "weights": args.weights,
-                          "torch_threads": torch.get_num_threads(),
+                          "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
                           "workers_new": args.workers, "calls_per_s_old": old["calls"] / old["seconds"],
                           "calls_per_s_new": new["calls"] / new["seconds"], "speedup": speedup,
                           "outcomes_identical": not differences, "outcome_differences": differences}))
