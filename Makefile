@@ -25,7 +25,7 @@ LLAMA_AVX512 := $(LLAMA_AVX2) -DGGML_AVX512=ON $(if $(filter avx512_vnni,$(CPU_F
 	$(if $(filter avx512_bf16,$(CPU_FLAGS)),-DGGML_AVX512_BF16=ON) $(if $(filter avx512vbmi,$(CPU_FLAGS)),-DGGML_AVX512_VBMI=ON)
 export CMAKE_ARGS := $(if $(filter avx512,$(LLAMA_ISA)),$(LLAMA_AVX512),$(LLAMA_AVX2))
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install rebuild-llama demo test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml requirements/lock-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ $(VENV)/.installed: pyproject.toml requirements/lock-cpu.txt
 	touch $@
 
 install: $(VENV)/.installed
+
+# llama.cpp again, for this CPU (LLAMA_ISA=avx2: portable): after moving the venv to another machine.
+rebuild-llama: install
+	$(BIN)/python -m pip install -q --force-reinstall --no-deps --no-cache-dir -c requirements/lock-cpu.txt llama-cpp-python
 
 demo: install
 	$(BIN)/orchestra run

@@ -95,8 +95,8 @@ def check_cpu_features(system_info: str, cpu_flags: set[str] | None) -> None:
     missing = [name for name in built_features(system_info) if CPU_FEATURES[name] not in cpu_flags]
     if missing:
         raise OrchestraError(f"llama-cpp-python was built with {', '.join(missing)} kernels that this CPU lacks "
-                             "(a wheel built on another machine?); rebuild it here: `make -B install` (or "
-                             "`make -B install LLAMA_ISA=avx2` for a portable build)")
+                             "(a wheel built on another machine?); rebuild it here: `make rebuild-llama` (or "
+                             "`make rebuild-llama LLAMA_ISA=avx2` for a portable build)")
 
 
 def _cpu_flags() -> set[str] | None:
