@@ -86,13 +86,13 @@ def built_features(system_info: str | None = None) -> list[str]:
     return [name for name in CPU_FEATURES if name in on]
 
 
-def check_cpu_features(system_info: str, cpu_flags: set[str] | None) -> None:
-    """Refuse a llama.cpp build whose kernels this CPU cannot run (a wheel built on another machine:
-    the Makefile builds for the CPU it runs on), with how to rebuild, before the first decode dies
-    of an illegal instruction. `cpu_flags` None (no /proc/cpuinfo) checks nothing."""
+def check_cpu_features(built: list[str], cpu_flags: set[str] | None) -> None:
+    """Refuse a llama.cpp build whose kernels (`built_features`) this CPU cannot run (a wheel built on
+    another machine: the Makefile builds for the CPU it runs on), with how to rebuild, before the
+    first decode dies of an illegal instruction. `cpu_flags` None (no /proc/cpuinfo) checks nothing."""
     if cpu_flags is None:
         return
-    missing = [name for name in built_features(system_info) if CPU_FEATURES[name] not in cpu_flags]
+    missing = [name for name in built if CPU_FEATURES[name] not in cpu_flags]
     if missing:
         raise OrchestraError(f"llama-cpp-python was built with {', '.join(missing)} kernels that this CPU lacks "
                              "(a wheel built on another machine?); rebuild it here: `make rebuild-llama` (or "
@@ -175,7 +175,7 @@ class LlamaCppLLM(BatchLLM):
         global _backend_ready, _log_callback
         with _backend_lock:
             if not _backend_ready:
-                check_cpu_features(llama_cpp.llama_print_system_info().decode("utf-8", "replace"), _cpu_flags())
+                check_cpu_features(built_features(), _cpu_flags())
                 _log_callback = llama_cpp.llama_log_callback(_quiet_log)  # kept referenced: C holds it
                 llama_cpp.llama_log_set(_log_callback, None)
                 llama_cpp.llama_backend_init()
