@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2, help="samples per category (describe.measure)")
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16")
+    parser.add_argument("--weights", choices=["f32", "f16", "bf16", "q8_0"], default="f16")
     parser.add_argument("--workers", type=int, default=8,
                         help="concurrent calls of the new path (merged into lockstep batches by llama.cpp); old: 1")
     args = parse_common(parser)

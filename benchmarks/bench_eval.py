@@ -1,25 +1,31 @@
 """Evaluation throughput: episodes per second of the evaluate stage's runner.
 
     python benchmarks/bench_eval.py [--compare engines|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
+                                    [--max-policy-chars 1200] [--batch-size 16] [--workers 2]
                                     [--weights f16] [--device auto] [--expert local|instant]
                                     [--expert-latency 0.0] [--model FOLDER] [--torch-threads N] [--json]
 
-`--compare engines` (the default) runs the same methods on the same task list twice, the evaluate
-stage's way (all episodes in lockstep, `batch_size` = the task count, tool calls in a thread pool):
+`--compare engines` (the default) runs the evaluate stage's method set (the SmolLM2 orchestrator,
+each expert alone, the random router, always-strongest and the cascade, over the embedded catalog
+without the web search) on the same task list twice, the stage's way (episodes in lockstep batches
+of `--batch-size`, tool calls in a thread pool, greedy):
 
-- **old**: every local model (the policy and the `answer` expert) on the transformers engine;
+- **old**: every local model on the transformers engine, one method at a time (as the stage ran
+  when the generation issue was filed: a transformers forward already uses every core);
 - **new**: the same models on the llama.cpp engine (`engine: llamacpp`; the GGUF converted from the
-  same transformers folder at `--weights`, cached; the conversion happens before timing);
+  same transformers folder at `--weights`, cached, before timing) with the stage's `--workers`
+  method workers, each with its own engines (`catalog_llms(..., replica=k)`: one core each);
 
-and prints episodes/s for each, the speed-up, and the outcomes (greedy: correct, tool calls per
-episode) that differ between engines. With `--json` the last line is one JSON object with
-`episodes_per_s_old`, `episodes_per_s_new`, `speedup`, `outcomes_identical`, `outcome_differences`.
+and prints episodes/s for each (and seconds per method), the speed-up, and the outcomes (greedy:
+correct, tool calls per episode) that differ between engines. With `--json` the last line is one
+JSON object with `episodes_per_s_old`, `episodes_per_s_new`, `speedup`, `outcomes_identical`,
+`outcome_differences`.
 
 `--compare modes` is the older comparison on the transformers engine, serial vs concurrent:
 
 The evaluation runner (`toolorchestra.evaluation.runner.evaluate`) runs two methods on held-out
-tasks of a freshly synthesized `library` domain (half QA, half tool use) with the `answer` expert
-(SmolLM2) and the code interpreter:
+tasks of a freshly synthesized `library` domain (half QA, half tool use) with the embedded
+catalog's experts (SmolLM2) and basic tools:
 
 - the prompted SmolLM2 orchestrator (or the model folder given): dominated by policy generation;
 - the random router: no policy model, every turn an expert call, so it measures tool/LLM-call
@@ -107,38 +113,53 @@ def outcomes(run) -> dict[tuple, tuple]:
     return {(r.method, r.key): (r.correct, tuple(sorted(r.tool_calls.items()))) for r in run.records}
 
 
+def stage_methods(catalog, policy, llm_for, max_turns: int) -> list:
+    """The evaluate stage's method set for one policy: the orchestrator, each expert alone, the random
+    router, always-strongest and the cascade (`evaluation.methods`)."""
+    from toolorchestra.evaluation import methods as m
+
+    return [m.orchestrator("prompted", policy, policy_alias="smollm2"), *m.expert_methods(catalog, llm_for),
+            m.random_router(catalog, seed=0, max_turns=max_turns), m.always_strongest(catalog),
+            m.cascade(catalog, max_turns=max_turns)]
+
+
 def compare_engines(args, settings, catalog, benches, n: int) -> dict:
     from toolorchestra.episodes.environment import EpisodeConfig
-    from toolorchestra.evaluation import methods as m
     from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
     from toolorchestra.llm.config import LlamaCppLLMConfig, LocalLLMConfig, build_llm
 
     model = args.model or "smollm2-135m-instruct"
-    engines = {"old": LocalLLMConfig(model=model, device=args.device),
-               "new": LlamaCppLLMConfig(model=model, weights=args.weights)}
-    prompt = PromptConfig(max_policy_chars=600)
-    config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens, max_workers=8),
-                        batch_size=n, prompt=prompt)
+    # old: the transformers engine, one method at a time (its forward already uses every core);
+    # new: llama.cpp with the stage's method workers, each with its own engines (one core each).
+    engines = {"old": (LocalLLMConfig(model=model, device=args.device), 1),
+               "new": (LlamaCppLLMConfig(model=model, weights=args.weights), args.workers)}
+    prompt = PromptConfig(max_policy_chars=args.max_policy_chars)
     results = {}
-    for label, engine in engines.items():
-        policy = build_llm(engine, settings)  # llama.cpp: converts the GGUF here (once), outside the timing
-        expert = policy if args.expert == "local" else Instant()
-        methods = [m.orchestrator("prompted", policy, policy_alias="smollm2"),
-                   m.random_router(catalog, seed=0, max_turns=args.max_turns)]
-        evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=lambda a, e=expert: e,
+    for label, (engine, workers) in engines.items():
+        def worker_models(k: int, engine=engine):
+            expert = build_llm(engine, settings, replica=k) if args.expert == "local" else Instant()
+            return lambda alias: expert
+
+        # The policy under evaluation has its own engine, as a trained checkpoint has in the stage
+        # (llama.cpp: the GGUF is converted here, once, outside the timing).
+        policy = build_llm(engine, settings, replica=workers)
+        methods = stage_methods(catalog, policy, worker_models(0), args.max_turns)
+        config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens, max_workers=8),
+                            batch_size=args.batch_size, prompt=prompt, method_workers=workers)
+        evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=worker_models(0),  # warm-up
                  config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
         started = time.perf_counter()
         run = evaluate(methods, benches, catalog=catalog, settings=settings, config=config,
-                       llm_for=lambda a, e=expert: e)
+                       llm_for=worker_models(0), llm_for_worker=worker_models)
         seconds = time.perf_counter() - started
         episodes = len(run.records)
         results[label] = {"seconds": seconds, "episodes": episodes, "outcomes": outcomes(run),
-                          "accuracy": {k: v["overall"].accuracy for k, v in run.summary.items()}}
-        extra = ""
-        if hasattr(policy, "prompt_tokens_encoded"):
-            extra = f", prompt tokens decoded {policy.prompt_tokens_encoded}"
-        print(f"{label} ({engine.kind}): {episodes} episodes in {seconds:6.1f}s = {episodes / seconds:.3f} "
-              f"episodes/s, accuracy {results[label]['accuracy']}{extra}", flush=True)
+                          "accuracy": {k: v["overall"].accuracy for k, v in run.summary.items()},
+                          "method_seconds": run.seconds}
+        per_method = ", ".join(f"{k} {v:.1f}s" for k, v in run.seconds.items())
+        print(f"{label} ({engine.kind}, {workers} method worker(s)): {episodes} episodes in {seconds:6.1f}s = "
+              f"{episodes / seconds:.3f} episodes/s ({per_method})", flush=True)
+        print(f"  accuracy {results[label]['accuracy']}", flush=True)
     old, new = results["old"], results["new"]
     differences = [{"method": k[0], "task": k[1], "old": list(old["outcomes"].get(k, ())),
                     "new": list(new["outcomes"].get(k, ()))}
@@ -154,12 +175,13 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
     from toolorchestra.llm.llamacpp import built_features
 
     return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
-            "episodes": old["episodes"], "max_turns": args.max_turns,
-            "max_tokens": args.max_tokens, "weights": args.weights,
-            "episodes_per_s_old": old["episodes"] / old["seconds"],
+            "episodes": old["episodes"], "methods": sorted(old["accuracy"]), "max_turns": args.max_turns,
+            "max_tokens": args.max_tokens, "weights": args.weights, "workers_new": args.workers,
+            "batch_size": args.batch_size, "episodes_per_s_old": old["episodes"] / old["seconds"],
             "episodes_per_s_new": new["episodes"] / new["seconds"], "speedup": speedup,
             "outcomes_identical": not differences, "outcome_differences": differences,
-            "accuracy_old": old["accuracy"], "accuracy_new": new["accuracy"]}
+            "accuracy_old": old["accuracy"], "accuracy_new": new["accuracy"],
+            "method_seconds_old": old["method_seconds"], "method_seconds_new": new["method_seconds"]}
 
 
 def compare_modes(args, settings, catalog, benches, n: int) -> dict:
@@ -208,7 +230,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8, help="tasks (half QA, half tool use)")
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16",
+    parser.add_argument("--max-policy-chars", type=int, default=1200, help="domain policy in the prompt (the stage's)")
+    parser.add_argument("--batch-size", type=int, default=16, help="episodes in lockstep (the stage's)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="method workers of the new path, each with its own llama.cpp engines (the stage's)")
+    parser.add_argument("--weights", choices=["f32", "f16", "bf16", "q8_0"], default="f16",
                         help="GGUF precision of the llama.cpp engine (engines comparison)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")
@@ -226,7 +252,9 @@ def main() -> None:
 
     repo = find_workspace(Path(__file__).resolve().parent)
     settings = Settings(workspace=repo)  # the repo's model cache: SmolLM2 is converted once
-    catalog = load_embedded_catalog().subset(["answer", "code_interpreter"])
+    # The stage's catalog but the web search, which needs a key and the network.
+    full = load_embedded_catalog()
+    catalog = full.subset([t.name for t in full.tools if t.name != "web_search"])
     with tempfile.TemporaryDirectory() as tmp:
         root = synthesize(Path(tmp), args.tasks)
         half = args.tasks // 2

@@ -95,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=8, help="chats (the batched size)")
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f16")
+    parser.add_argument("--weights", choices=["f32", "f16", "bf16", "q8_0"], default="f16")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model alias or transformers folder")
     parser.add_argument("--torch-threads", type=int, default=None, help="transformers threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")

@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48, help="new tokens per turn")
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--weights", default="f16", choices=["f32", "f16", "q8_0"])
+    parser.add_argument("--weights", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()

@@ -189,7 +189,8 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
                         adherence_margin=params.adherence_margin)
     tracer = EpisodeTracer.for_active_run() if params.traces else None
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,
-                      llm_for=llm_for, progress=log.info, on_episode=tracer)
+                      llm_for=llm_for, progress=log.info, on_episode=tracer,
+                      llm_for_worker=lambda k: catalog_llms(catalog.models, params.engine, settings, replica=k))
     folder = paths.outs["report"]
     files = write_report(result, folder, title=f"Evaluation of {candidate.ref}", notes=notes,
                          candidate=CANDIDATE, champion=champion_info or None, model=candidate.ref,

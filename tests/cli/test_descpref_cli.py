@@ -17,7 +17,7 @@ def project(tmp_path, monkeypatch):
     write_validated(tmp_path / "tasks")
     (tmp_path / "experts.yaml").write_text(yaml.safe_dump(expert_catalog_data()))
     doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
-    monkeypatch.setattr("toolorchestra.llm.config.build_llm", lambda config, settings: doubles[config.model])
+    monkeypatch.setattr("toolorchestra.llm.config.build_llm", lambda config, settings, **_: doubles[config.model])
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -24,7 +24,7 @@ def workspace(tmp_path, monkeypatch):
     write_params(tmp_path, {})
     doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
     # The catalog's local models resolve to the test doubles; everything else is the real stage.
-    monkeypatch.setattr("toolorchestra.llm.config.build_llm", lambda config, settings: doubles[config.model])
+    monkeypatch.setattr("toolorchestra.llm.config.build_llm", lambda config, settings, **_: doubles[config.model])
     return tmp_path
 
 

@@ -25,6 +25,7 @@ simulator), as in training.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -194,12 +195,19 @@ def evaluate(
     config: EvalConfig | None = None,
     judge: LLMJudge | None = None,
     llm_for: Callable[[str], LLM] | None = None,
+    llm_for_worker: Callable[[int], Callable[[str], LLM]] | None = None,
     domain_roots: Iterable[Path] = (),
     progress: Callable[[str], None] | None = None,
     on_episode: Callable[[TaskRecord], None] | None = None,
 ) -> EvalRun:
     """Run every method on every item of every benchmark (see the module docstring);
-    `on_episode` sees each judged record (e.g. `evaluation.traces.EpisodeTracer`)."""
+    `on_episode` sees each judged record (e.g. `evaluation.traces.EpisodeTracer`).
+
+    `llm_for_worker(k)`: the catalog models' backends for method worker k (default: `llm_for` for
+    all). With `method_workers` > 1, give each worker its own local engines (`catalog_llms(...,
+    replica=k)`): a llama.cpp engine decodes on one core at a time, so two baselines that call only
+    the catalog's models (the expert alone, the routers) would otherwise share one core. An expert
+    alone's policy is its catalog model, so it runs on the worker's engine too."""
     config = config or EvalConfig()
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -210,17 +218,30 @@ def evaluate(
     items = [item for bench in benchmarks for item in bench.items]
     runs = _runs(items)
     hooks = threading.Lock()  # progress and on_episode are called one at a time, whichever thread runs
+    workers: queue.SimpleQueue[int] = queue.SimpleQueue()  # free worker slots: each has its own engines
+    for k in range(config.method_workers):
+        workers.put(k)
 
     def one_method(method: Method) -> tuple[list[TaskRecord], float]:
+        worker = workers.get()
+        try:
+            return run_method(method, llm_for_worker(worker) if llm_for_worker is not None else llm_for)
+        finally:
+            workers.put(worker)
+
+    def run_method(method: Method, models: Callable[[str], LLM] | None) -> tuple[list[TaskRecord], float]:
         started = time.perf_counter()
         records: list[TaskRecord] = []
         episode = config.episode.model_copy(update={"policy_alias": method.policy_alias})
-        env = RolloutEnvironment(catalog, settings, domains, episode, llm_for=llm_for)
+        env = RolloutEnvironment(catalog, settings, domains, episode, llm_for=models)
+        policy = method.policy
+        if method.role == "expert" and models is not None and method.policy_alias is not None:
+            policy = models(method.policy_alias)
         tools = method.offered(catalog)
         instances = [make_instance(item, catalog, tools, config.prompt, instructed=variant == "instructed",
                                    seed=config.seed) for item, variant in runs]
         for chunk in _chunks(list(zip(runs, instances, strict=True)), config.batch_size):
-            rollouts = env.run(method.policy, [inst for _, inst in chunk], temperature=0.0, seed=config.seed)
+            rollouts = env.run(policy, [inst for _, inst in chunk], temperature=0.0, seed=config.seed)
             pending = [(_record(method, item, variant, inst, rollout), inst, rollout)
                        for ((item, variant), inst), rollout in zip(chunk, rollouts, strict=True)]
             _judge(records, pending, judge, config.judge_workers)

@@ -38,7 +38,7 @@ class LlamaCppLLMConfig(BaseModel):
 
     kind: Literal["llamacpp"] = "llamacpp"
     model: str = "smollm2-135m-instruct"
-    weights: Literal["f32", "f16", "q8_0"] = "f16"
+    weights: Literal["f32", "f16", "bf16", "q8_0"] = "f16"
     n_ctx: int = Field(16384, ge=256, description="KV cells shared by the live sequences (one prompt + reply fits)")
     n_batch: int = Field(512, ge=8, description="prompt tokens decoded per llama.cpp batch")
     n_threads: int = Field(1, ge=1, description="llama.cpp threads; more than the free cores stall (see llamacpp.py)")
@@ -109,24 +109,31 @@ _cache: dict[tuple, LLM] = {}
 _cache_lock = threading.Lock()
 
 
-def catalog_llms(models: Mapping[str, Any], engine: LocalEngine | None, settings: Settings) -> Callable[[str], LLM]:
+def catalog_llms(models: Mapping[str, Any], engine: LocalEngine | None, settings: Settings, *,
+                 replica: int = 0) -> Callable[[str], LLM]:
     """`llm_for(alias)` over a catalog's models (alias -> entry with a `backend`), each local model
-    on a stage's `engine` (None: as the catalog says)."""
+    on a stage's `engine` (None: as the catalog says); `replica` as in `build_llm`."""
     def llm_for(alias: str) -> LLM:
-        return build_llm(on_engine(models[alias].backend, engine), settings)
+        return build_llm(on_engine(models[alias].backend, engine), settings, replica=replica)
 
     return llm_for
 
 
-def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, settings: Settings) -> LLM:
-    """Build (or reuse) the backend for `config`: one loaded local model per process."""
+def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, settings: Settings, *,
+              replica: int = 0) -> LLM:
+    """Build (or reuse) the backend for `config`: one loaded local model per process and `replica`.
+    Another replica of a llama.cpp model is another engine (its own context and KV cache; the GGUF's
+    pages are shared): one engine decodes on one core at a time, so threads that should not wait for
+    each other's calls (an evaluation's method workers) each take their own. Transformers models
+    (whose one forward already uses every core) and endpoints ignore it."""
     api_key = None
     if isinstance(config, OpenAILLMConfig):
         # Only an allowed variable, and only to a host approved for it (core/secrets.py); checked
         # on every build, cached backend or not.
         api_key = approved_secret(config.api_key_env, config.base_url, settings=settings,
                                   key=f"{config.model}: api_key_env")
-    key = (config, str(settings.models_cache), api_key is not None)
+    key = (config, str(settings.models_cache), api_key is not None,
+           replica if isinstance(config, LlamaCppLLMConfig) else 0)
     with _cache_lock:
         if key in _cache:
             return _cache[key]

@@ -8,7 +8,8 @@ The conversion follows llama.cpp's own converter (`convert_hf_to_gguf.py`, `Llam
 `gguf` package's writer and tensor-name map: hyper-parameters as GGUF keys, the byte-level BPE
 vocabulary (tokens, types, merges, special ids, chat template), the q/k projections permuted
 from transformers' rotate-half layout to llama.cpp's interleaved RoPE layout, 1-D tensors (norms)
-in f32 and matrices in the chosen type (`f32` exact, `f16`, `q8_0`). Only what the project trains
+in f32 and matrices in the chosen type (`f32` exact, `f16`, `bf16` - faster on CPUs whose llama.cpp
+build has AVX512_BF16 kernels, but it rounds more -, `q8_0`). Only what the project trains
 is supported (`LlamaForCausalLM`, SmolLM2's architecture, with a byte-level BPE tokenizer); anything
 else, or a broken checkpoint, is one `ConfigError` naming the file.
 """
@@ -26,7 +27,7 @@ from toolorchestra.core.fs import replace_path
 
 log = logging.getLogger(__name__)
 
-GGUFWeights = Literal["f32", "f16", "q8_0"]
+GGUFWeights = Literal["f32", "f16", "bf16", "q8_0"]
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
 # Bump when the conversion changes, so stale cached files are rebuilt.
 CONVERTER_VERSION = "1"
@@ -148,9 +149,9 @@ def convert(folder: str | Path, target: str | Path, *, weights: GGUFWeights = "f
         raise ConfigError(folder / "config.json", f"missing or invalid hyper-parameter: {exc}") from None
     head_dim = int(config.get("head_dim") or n_embd // n_head)
     qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-             "q8_0": gguf.GGMLQuantizationType.Q8_0}[weights]
+             "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[weights]
     file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[weights]
+                 "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[weights]
 
     tensors = _load_tensors(folder) if tensors is None else tensors
     tokens, types = _vocab(folder, vocab_size)

@@ -13,6 +13,12 @@ batch of N chats costs N times one chat. One `llama_decode` over N sequences' ne
 weights once for all of them: rows of a `chat_batch` are decoded in lockstep, `n_parallel` at a
 time (on a 2-core AVX2 build, 8 rows took 74 ms a step against 27 ms for one; past a few rows the
 step is compute-bound, so batching gives up to ~4x, not N).
+Prompts are decoded in chunks beside the generating rows (chunked prefill, as llama.cpp's server
+batches its slots): one `llama_decode` holds the next token of every generating row and then up to
+`n_batch` prompt tokens of the rows still reading theirs. A decode of a few rows alone uses the
+matrix kernels poorly (on a 2-core AVX512 build, ~10 ms per row-token against ~3 ms per prompt
+token in a 512-token batch), so rows that start together are read in one or two decodes, not one
+each. Rows sharing a long prefix with a row still reading it wait for it, then copy its cells.
 Batching is continuous: a call from another thread (an evaluation's concurrent expert calls) joins
 the batch that is running at its next step instead of waiting for it to end; before that, one
 160-token program call that got the engine first ran alone while the others queued, and the
@@ -53,6 +59,9 @@ NO_KV_SLOT = 1
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_callback: Any = None
+PREFIX_WAIT = 32
+"""A queued row waits for a row still reading its prompt when that row will hold more than this many
+more tokens of its prefix than any live sequence does."""
 _POLL_S = 0.005
 """How often a caller waiting for the engine looks again (its rows may have joined a running batch)."""
 _LOG_ERROR = 4
@@ -109,12 +118,16 @@ def _cpu_flags() -> set[str] | None:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    """Length of the longest common prefix: a binary search over slice comparisons, which run in C
+    (the scheduler compares prompts of thousands of tokens at every step)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass
@@ -128,6 +141,8 @@ class _Row:
     temperature: float
     seed: int | None
     seq: int = -1
+    cursor: int = 0
+    """Prompt tokens in the row's KV cells so far (a prompt is decoded in chunks, with other rows)."""
     sampler: Any = None
     new: list[int] = field(default_factory=list)
     finish: str | None = None
@@ -328,18 +343,59 @@ class LlamaCppLLM(BatchLLM):
         tail = self.tokenizer.decode(row.new[-row.window:], skip_special_tokens=True)
         return any(text in tail for text in row.stop_texts)
 
-    def _prefill(self, row: _Row, pinned: set[int]) -> None:
-        """Put `row` in a sequence (from the longest live prefix), decode the rest of its prompt and
-        sample its first token."""
+    def _start(self, row: _Row, pinned: set[int]) -> None:
+        """Put `row` in a sequence holding the longest live prefix of its prompt; the rest of the
+        prompt is decoded by the next steps, in chunks beside the other rows."""
         row.started = time.perf_counter()
         row.sampler = self._sampler(row.temperature, row.seed)
         self._place(row, pinned)
-        start = len(self._live[row.seq])
-        for at in range(start, len(row.prompt), self.n_batch):
-            part = row.prompt[at:at + self.n_batch]
-            self._decode([(t, at + j, row.seq, at + j == len(row.prompt) - 1) for j, t in enumerate(part)], pinned)
-        self._live[row.seq] = list(row.prompt)
-        self._take(row, len(part) - 1)  # the last part's last token has the logits
+        row.cursor = len(self._live[row.seq])
+
+    def _waits_for_prefix(self, row: _Row, active: list[_Row]) -> bool:
+        """Whether `row` should start later: a row still decoding its prompt will soon hold a longer
+        prefix of it than any live sequence does (rows of one domain share a long system prompt;
+        started together, each would encode it)."""
+        filling = [r.prompt for r in active if r.cursor < len(r.prompt)]
+        if not filling:
+            return False
+        soon = max(common_prefix(p, row.prompt) for p in filling)
+        if soon <= PREFIX_WAIT:
+            return False
+        now = max((common_prefix(t, row.prompt) for t in self._live.values()), default=0)
+        return soon > now + PREFIX_WAIT
+
+    def _step(self, active: list[_Row], pinned: set[int]) -> None:
+        """One `llama_decode`: the next token of every row that is generating, then prompt chunks
+        of the rows still reading their prompts, up to `n_batch` tokens (chunked prefill, as
+        llama.cpp's server batches its slots: a decode step of a few rows alone uses the matrix
+        kernels poorly); then each row with logits samples its next token."""
+        entries: list[tuple[int, int, int, bool]] = []
+        sampled: list[tuple[_Row, int]] = []
+        chunks: list[tuple[_Row, list[int]]] = []
+        for row in active:
+            if row.cursor == len(row.prompt):
+                sampled.append((row, len(entries)))
+                entries.append((row.new[-1], len(self._live[row.seq]), row.seq, True))
+        budget = self.n_batch - len(entries)
+        for row in active:
+            if budget <= 0:
+                break
+            if row.cursor < len(row.prompt):
+                chunk = row.prompt[row.cursor:row.cursor + budget]
+                last = row.cursor + len(chunk) == len(row.prompt)
+                entries.extend((t, row.cursor + j, row.seq, last and j == len(chunk) - 1) for j, t in enumerate(chunk))
+                if last:
+                    sampled.append((row, len(entries) - 1))
+                chunks.append((row, chunk))
+                budget -= len(chunk)
+        self._decode(entries, pinned)
+        for row, chunk in chunks:
+            self._live[row.seq].extend(chunk)
+            row.cursor += len(chunk)
+        for row, index in sampled:
+            if row.new:
+                self._live[row.seq].append(row.new[-1])
+            self._take(row, index)
 
     def _release(self, row: _Row, pinned: set[int]) -> None:
         """A finished row: its sampler freed, its sequence kept (most recently used) but evictable."""
@@ -388,8 +444,8 @@ class LlamaCppLLM(BatchLLM):
 
     def _run_tickets(self, tickets: list[_Ticket], own: _Ticket | None = None) -> None:
         """Continuous batching: decode the rows of `tickets` in lockstep, `n_parallel` at a time,
-        and while this caller's own rows run, admit the rows of tickets that arrive (prefilled on
-        arrival, decoded with the others from the next step). A ticket is done as soon as its own
+        and while this caller's own rows run, admit the rows of tickets that arrive (their prompts
+        read from the next step on, beside the others). A ticket is done as soon as its own
         rows are. The caller stops admitting once its rows are finished (it would otherwise serve
         other threads' calls while its own work waits) and finishes the rows it took; `own`: its
         ticket (None: admit nothing)."""
@@ -422,19 +478,17 @@ class LlamaCppLLM(BatchLLM):
                         arrived, self._waiting = self._waiting, []
                     self.tickets_joined += len(arrived)
                     admit(arrived)
-                while queue and len(active) < self.n_parallel:
-                    row = queue.pop(0)
-                    self._prefill(row, pinned)
-                    if row.finish is None:
-                        active.append(row)
-                    else:
-                        finished(row)
+                at = 0
+                while at < len(queue) and len(active) < self.n_parallel:
+                    if self._waits_for_prefix(queue[at], active):
+                        at += 1
+                        continue
+                    row = queue.pop(at)
+                    self._start(row, pinned)
+                    active.append(row)
                 if not active:
                     break
-                self._decode([(r.new[-1], len(self._live[r.seq]), r.seq, True) for r in active], pinned)
-                for i, row in enumerate(active):
-                    self._live[row.seq].append(row.new[-1])
-                    self._take(row, i)
+                self._step(active, pinned)
                 for row in [r for r in active if r.finish is not None]:
                     finished(row)
                 active = [r for r in active if r.finish is None]

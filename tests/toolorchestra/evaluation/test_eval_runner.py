@@ -154,3 +154,34 @@ def test_report_files(run, tmp_path):
     assert len(per_task) == len(run.records) and all("judgement" in r and "trajectory" in r for r in per_task)
     table = json.loads(files["table"].read_text())
     assert {r["benchmark"] for r in table} == {"toolscale", "qa", "prefs", "overall"}
+
+
+def test_each_method_worker_calls_its_own_catalog_models(benchmarks, catalog, tiny_llm, settings):
+    """`llm_for_worker(k)`: worker k's tool calls (and an expert alone's own turns) reach worker k's
+    backends, so two baselines that use only catalog models do not share one engine; the records
+    are those of a run with one backend for all."""
+    import threading
+
+    def view(records):
+        return [(r.method, r.key, r.variant, r.correct, r.tool_calls, r.trajectory["answer"]) for r in records]
+
+    replicas = [ScriptedLLM("42", model="smollm2"), ScriptedLLM("42", model="smollm2")]
+    asked: dict[int, set[str]] = {0: set(), 1: set()}
+    lock = threading.Lock()
+
+    def worker_models(k: int):
+        def llm_for(alias: str):
+            with lock:
+                asked[k].add(threading.current_thread().name)
+            return replicas[k]
+        return llm_for
+
+    methods = [*m.expert_methods(catalog, lambda alias: replicas[0]), m.random_router(catalog, seed=0, max_turns=2)]
+    config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8), batch_size=4, method_workers=2)
+    split = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config,
+                     llm_for=lambda alias: replicas[0], llm_for_worker=worker_models)
+    one = evaluate(methods, benchmarks, catalog=catalog, settings=settings,
+                   config=config.model_copy(update={"method_workers": 1}), llm_for=lambda alias: replicas[0])
+    assert view(split.records) == view(one.records)
+    assert asked[0] and asked[1]  # both workers' engines were used
+    assert all(r.calls for r in replicas)

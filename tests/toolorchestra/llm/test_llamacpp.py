@@ -114,6 +114,26 @@ def test_live_sequences_reuse_turns_without_changing_replies(tiny_folder, engine
     assert other.text == fresh.chat(PROMPTS[2], tools=TOOLS, max_tokens=8).text
 
 
+def test_rows_starting_together_read_their_prompts_in_shared_decodes(tiny_folder, engines):
+    """Chunked prefill: rows with one long system prompt wait for the first to read it, then read only
+    their own suffixes, together in one decode beside its first generated token; replies unchanged."""
+    _, engine, gguf, _ = engines
+    system = "You are a careful assistant who answers in one word. " * 12
+    chats = [[{"role": "system", "content": system}, {"role": "user", "content": f"Question {i}: name a colour."}]
+             for i in range(4)]
+    fresh = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
+    sizes: list[int] = []
+    decode = fresh._decode
+    fresh._decode = lambda entries, pinned: (sizes.append(len(entries)), decode(entries, pinned))  # type: ignore[method-assign]
+    replies = fresh.chat_batch(chats, max_tokens=4)
+    assert [c.text for c in replies] == [engine.chat(c, max_tokens=4).text for c in chats]
+    prompt_tokens = sum(c.usage.prompt_tokens for c in replies)
+    assert fresh.prompt_tokens_encoded < prompt_tokens / 2  # the system prompt was read once
+    # one decode for the first prompt, one for the three suffixes (+ a generated token), then one per
+    # new token: not one decode per prompt
+    assert len(sizes) <= 4 + 1 and sizes[1] > 3
+
+
 def test_a_full_kv_cache_evicts_old_sequences_and_replies_stay_the_same(tiny_folder, engines):
     """More live tokens than KV cells: least recently used sequences are dropped, not an error."""
     _, engine, gguf, _ = engines
@@ -153,6 +173,19 @@ def test_conversion_is_cached_by_weights_hash(tiny_folder, engines, tmp_path):
     tensors["model.norm.weight"] = tensors["model.norm.weight"] * 2
     save_file(tensors, changed / "model.safetensors", metadata={"format": "pt"})
     assert ensure_gguf(changed, cache, weights="f32") != gguf
+
+
+def test_bf16_weights_keep_matrices_in_bf16_and_reply(tiny_folder, engines, tmp_path):
+    """`weights="bf16"` (for CPUs with AVX512_BF16 kernels): matrices stored as BF16, vectors f32, and
+    the engine loads and replies (not necessarily the f32 text: bf16 rounds the weights)."""
+    import gguf as gguf_lib
+
+    path = ensure_gguf(tiny_folder, tmp_path, weights="bf16")
+    types = {t.name: t.tensor_type for t in gguf_lib.GGUFReader(path).tensors}
+    assert types["blk.0.attn_q.weight"] == gguf_lib.GGMLQuantizationType.BF16
+    assert types["blk.0.attn_norm.weight"] == gguf_lib.GGMLQuantizationType.F32
+    reply = LlamaCppLLM(path, tiny_folder, n_ctx=512).chat(PROMPTS[0], max_tokens=6)
+    assert reply.usage.completion_tokens > 0 and reply.text
 
 
 def test_unsupported_architecture_is_one_error_naming_the_file(tiny_folder, tmp_path):
