@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -33,11 +34,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def main() -> None:
     from bench_eval import parse_common, synthesize
 
+    from toolorchestra.llm.gguf_export import GGUFWeights
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2, help="samples per category (describe.measure)")
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--weights", choices=["f32", "f16", "bf16", "q8_0"], default="f16")
+    parser.add_argument("--weights", choices=get_args(GGUFWeights), default="f16")
     parser.add_argument("--workers", type=int, default=8,
                         help="concurrent calls of the new path (merged into lockstep batches by llama.cpp); old: 1")
     args = parse_common(parser)

@@ -52,6 +52,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -225,6 +226,8 @@ def compare_modes(args, settings, catalog, benches, n: int) -> dict:
 
 
 def main() -> None:
+    from toolorchestra.llm.gguf_export import GGUFWeights
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", choices=["engines", "modes"], default="engines")
     parser.add_argument("--tasks", type=int, default=8, help="tasks (half QA, half tool use)")
@@ -234,7 +237,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="episodes in lockstep (the stage's)")
     parser.add_argument("--workers", type=int, default=2,
                         help="method workers of the new path, each with its own llama.cpp engines (the stage's)")
-    parser.add_argument("--weights", choices=["f32", "f16", "bf16", "q8_0"], default="f16",
+    parser.add_argument("--weights", choices=get_args(GGUFWeights), default="f16",
                         help="GGUF precision of the llama.cpp engine (engines comparison)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")

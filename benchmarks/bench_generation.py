@@ -28,6 +28,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -92,10 +93,12 @@ def run_engine(llm, batch, specs, max_tokens: int, reset) -> dict:
 
 
 def main() -> None:
+    from toolorchestra.llm.gguf_export import GGUFWeights
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=8, help="chats (the batched size)")
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--weights", choices=["f32", "f16", "bf16", "q8_0"], default="f16")
+    parser.add_argument("--weights", choices=get_args(GGUFWeights), default="f16")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model alias or transformers folder")
     parser.add_argument("--torch-threads", type=int, default=None, help="transformers threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")

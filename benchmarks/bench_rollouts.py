@@ -25,6 +25,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -40,6 +41,8 @@ def run_arm(env, policy, instances, temperature: float) -> tuple[float, list, li
 
 
 def main() -> int:
+    from toolorchestra.llm.gguf_export import GGUFWeights
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, help="model folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--groups", type=int, default=4, help="instances (GRPO groups) in the step")
@@ -47,7 +50,7 @@ def main() -> int:
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48, help="new tokens per turn")
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--weights", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
+    parser.add_argument("--weights", default="f16", choices=get_args(GGUFWeights))
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from toolorchestra.core.secrets import approved_secret
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM
+from toolorchestra.llm.gguf_export import GGUFWeights
 
 
 class LocalLLMConfig(BaseModel):
@@ -38,7 +39,7 @@ class LlamaCppLLMConfig(BaseModel):
 
     kind: Literal["llamacpp"] = "llamacpp"
     model: str = "smollm2-135m-instruct"
-    weights: Literal["f32", "f16", "bf16", "q8_0"] = "f16"
+    weights: GGUFWeights = "f16"
     n_ctx: int = Field(16384, ge=256, description="KV cells shared by the live sequences (one prompt + reply fits)")
     n_batch: int = Field(512, ge=8, description="prompt tokens decoded per llama.cpp batch")
     n_threads: int = Field(1, ge=1, description="llama.cpp threads; more than the free cores stall (see llamacpp.py)")

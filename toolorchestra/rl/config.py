@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from toolorchestra.episodes.environment import EpisodeConfig
 from toolorchestra.episodes.reward import DEFAULT_DEAD_BAND, DeadBand
+from toolorchestra.llm.gguf_export import GGUFWeights
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,7 +105,7 @@ class GRPOSettings(BaseModel):
         "model, llama.cpp on a GGUF export of its weights made at every step (rl.llamacpp_rollouts), or "
         "vLLM colocated on the training GPU by TRL (rl.vllm_rollouts; CUDA and the gpu extra)")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU share of the colocated vLLM")
-    rollout_weights: Literal["f32", "f16", "bf16", "q8_0"] = Field("f16", description="the llama.cpp export's weight type")
+    rollout_weights: GGUFWeights = Field("f16", description="the llama.cpp export's weight type")
     rollout_threads: int = Field(1, ge=1, le=512, description="llama.cpp threads for rollouts")
 
     @model_validator(mode="after")
