@@ -2,7 +2,7 @@
 
     python benchmarks/bench_eval.py [--compare engines|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
                                     [--max-policy-chars 1200] [--batch-size 16] [--workers 2]
-                                    [--weights f16] [--device auto] [--expert local|instant]
+                                    [--weights f16] [--n-ctx 16384] [--device auto] [--expert local|instant]
                                     [--expert-latency 0.0] [--model FOLDER] [--torch-threads N] [--json]
 
 `--compare engines` (the default) runs the evaluate stage's method set (the SmolLM2 orchestrator,
@@ -133,7 +133,7 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
     # old: the transformers engine, one method at a time (its forward already uses every core);
     # new: llama.cpp with the stage's method workers, each with its own engines (one core each).
     engines = {"old": (LocalLLMConfig(model=model, device=args.device), 1),
-               "new": (LlamaCppLLMConfig(model=model, weights=args.weights), args.workers)}
+               "new": (LlamaCppLLMConfig(model=model, weights=args.weights, n_ctx=args.n_ctx), args.workers)}
     prompt = PromptConfig(max_policy_chars=args.max_policy_chars)
     results = {}
     for label, (engine, workers) in engines.items():
@@ -177,7 +177,7 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
 
     return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
             "episodes": old["episodes"], "methods": sorted(old["accuracy"]), "max_turns": args.max_turns,
-            "max_tokens": args.max_tokens, "weights": args.weights, "workers_new": args.workers,
+            "max_tokens": args.max_tokens, "weights": args.weights, "n_ctx": args.n_ctx, "workers_new": args.workers,
             "batch_size": args.batch_size, "episodes_per_s_old": old["episodes"] / old["seconds"],
             "episodes_per_s_new": new["episodes"] / new["seconds"], "speedup": speedup,
             "outcomes_identical": not differences, "outcome_differences": differences,
@@ -226,6 +226,7 @@ def compare_modes(args, settings, catalog, benches, n: int) -> dict:
 
 
 def main() -> None:
+    from toolorchestra.llm.config import LlamaCppLLMConfig
     from toolorchestra.llm.gguf_export import GGUFWeights
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -239,6 +240,8 @@ def main() -> None:
                         help="method workers of the new path, each with its own llama.cpp engines (the stage's)")
     parser.add_argument("--weights", choices=get_args(GGUFWeights), default="f16",
                         help="GGUF precision of the llama.cpp engine (engines comparison)")
+    parser.add_argument("--n-ctx", type=int, default=LlamaCppLLMConfig.model_fields["n_ctx"].default,
+                        help="KV cells of each llama.cpp engine (the stage's engine setting)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")
     parser.add_argument("--model", default=None, help="policy model folder (default: SmolLM2-135M-Instruct)")

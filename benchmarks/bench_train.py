@@ -1,8 +1,10 @@
 """The SFT warm start's optimisation speed against a plain PyTorch training step, same run.
 
-    python benchmarks/bench_train.py [--steps 4] [--batch 4] [--min-len 700] [--max-len 1100] [--json]
+    python benchmarks/bench_train.py [--steps 4] [--batch 4] [--min-len 700] [--max-len 1100]
+                                     [--precision auto|no|bf16] [--json]
 
-Both arms train SmolLM2-135M-Instruct (fp32 on the CPU, bf16 autocast where `use_bf16` says so)
+Both arms train SmolLM2-135M-Instruct (fp32 on the CPU, bf16 autocast where `use_bf16` says so;
+`--precision` overrides it, to check that `auto` picks the faster one on this CPU)
 on the same examples: `--batch` sequences per step whose lengths are spread between
 `--min-len` and `--max-len` tokens (the warm start's golden trajectories are ~700-1,100 tokens,
 mostly prompt), loss on the last 15% of each (the assistant turns).
@@ -76,6 +78,8 @@ def main() -> int:
     parser.add_argument("--min-len", type=int, default=700)
     parser.add_argument("--max-len", type=int, default=1100)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--precision", choices=["auto", "no", "bf16"], default="auto",
+                        help="train.mixed_precision (auto: the train stage's choice for this CPU)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()
 
@@ -95,7 +99,7 @@ def main() -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    bf16 = use_bf16(TrainConfig(), "cpu")
+    bf16 = use_bf16(TrainConfig(mixed_precision=args.precision), "cpu")
     n = (args.steps + 1) * args.batch
     examples = make_examples(n, args.min_len, args.max_len, len(tokenizer), seed=0)
     batches = [examples[i:i + args.batch] for i in range(0, n, args.batch)]

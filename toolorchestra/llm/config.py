@@ -19,6 +19,7 @@ from toolorchestra.core.secrets import approved_secret
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM
 from toolorchestra.llm.gguf_export import GGUFWeights
+from toolorchestra.llm.llamacpp import N_CTX
 
 
 class LocalLLMConfig(BaseModel):
@@ -40,7 +41,8 @@ class LlamaCppLLMConfig(BaseModel):
     kind: Literal["llamacpp"] = "llamacpp"
     model: str = "smollm2-135m-instruct"
     weights: GGUFWeights = "f16"
-    n_ctx: int = Field(16384, ge=256, description="KV cells shared by the live sequences (one prompt + reply fits)")
+    n_ctx: int = Field(N_CTX, ge=256, description="KV cells shared by the live sequences (one prompt + reply fits; "
+                       "rows that outgrow them together are preempted)")
     n_batch: int = Field(512, ge=8, description="prompt tokens decoded per llama.cpp batch")
     n_threads: int = Field(1, ge=1, description="llama.cpp threads; more than the free cores stall (see llamacpp.py)")
     n_parallel: int = Field(16, ge=1, le=64, description="chats of a batch decoded together")

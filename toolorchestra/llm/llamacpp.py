@@ -59,6 +59,11 @@ NO_KV_SLOT = 1
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_callback: Any = None
+N_CTX = 8192
+"""Default KV cells of an engine. Every decode's attention walks the cells up to the highest one in
+use, masked or not, so a cache kept full of old sequences slows every token: the stage's 16-row
+batches need ~6k cells, and at 16,384 cells the evaluation ran 1.33x slower
+(`benchmarks/bench_eval.py --n-ctx`). Rows that outgrow it are preempted, not an error."""
 PREFIX_WAIT = 32
 """A queued row waits for a row still reading its prompt when that row will hold more than this many
 more tokens of its prefix than any live sequence does."""
@@ -130,6 +135,10 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
+class _KVFull(LLMError):
+    """The KV cache is full of the cells of rows being generated (nothing left to evict)."""
+
+
 @dataclass
 class _Row:
     """One prompt being generated: its sequence in the KV cache, sampler and new tokens."""
@@ -170,7 +179,7 @@ class LlamaCppLLM(BatchLLM):
     decoded together; `n_batch`: prompt tokens per decode."""
 
     def __init__(self, gguf_file: str | Path, tokenizer: str | Path | Any, *, name: str | None = None,
-                 n_ctx: int = 16384, n_batch: int = 512, n_threads: int = 1, n_parallel: int = 16) -> None:
+                 n_ctx: int = N_CTX, n_batch: int = 512, n_threads: int = 1, n_parallel: int = 16) -> None:
         import llama_cpp
         from llama_cpp import _internals
         from transformers import AutoTokenizer
@@ -228,6 +237,8 @@ class LlamaCppLLM(BatchLLM):
         """Prompt tokens actually decoded (the rest came from a live sequence's prefix): for benchmarks."""
         self.tickets_joined = 0
         """Calls admitted into a batch already running (continuous batching): for tests and benchmarks."""
+        self.rows_preempted = 0
+        """Rows restarted because the KV cells could not hold every running row (see `_preempt`)."""
 
     @classmethod
     def from_local(cls, local: Any, cache_root: Path, *, weights: GGUFWeights = "f16", **kwargs: Any) -> LlamaCppLLM:
@@ -311,9 +322,11 @@ class LlamaCppLLM(BatchLLM):
             code = self._c.llama_decode(self._ctx.ctx, batch)
             if code == 0:
                 return
-            if code != NO_KV_SLOT or not self._evict_one(pinned):
-                raise LLMError(f"llama.cpp decode with {self.model} failed (code {code}"
-                               + (f"; the {self.n_ctx} KV cells are full: raise n_ctx)" if code == NO_KV_SLOT else ")"))
+            if code == NO_KV_SLOT and not self._evict_one(pinned):
+                raise _KVFull(f"{self.model}: the {self.n_ctx} KV cells cannot hold the rows being generated "
+                              "(raise n_ctx)")
+            if code != NO_KV_SLOT:
+                raise LLMError(f"llama.cpp decode with {self.model} failed (code {code})")
 
     def _sampler(self, temperature: float, seed: int | None) -> Any:
         c = self._c
@@ -406,6 +419,15 @@ class LlamaCppLLM(BatchLLM):
             self._live.move_to_end(row.seq)
         pinned.discard(row.seq)
 
+    def _preempt(self, row: _Row, pinned: set[int]) -> None:
+        """Take `row` out of the batch and forget its progress: its sequence and sampler freed (cells
+        it shares with other sequences stay theirs), to be started again from its prompt."""
+        self._release(row, pinned)
+        if row.seq in self._live:
+            self._drop(row.seq)
+        row.seq, row.cursor, row.new = -1, 0, []
+        self.rows_preempted += 1
+
     def generate_many(self, prompts: list[list[int]], *, max_tokens: int, temperature: float,
                       stop_texts: list[tuple[str, ...]], seeds: list[int | None]) -> list[tuple[list[int], str, float]]:
         """(new tokens up to and including the stop token, finish reason, seconds) per prompt, in order.
@@ -472,6 +494,7 @@ class LlamaCppLLM(BatchLLM):
             if self._ctx is None:
                 raise LLMError(f"{self.model}: the llama.cpp engine is closed")
             admit(tickets)
+            room = self.n_parallel  # rows running at once; fewer after a preemption, until one finishes
             while True:
                 if own is not None and not own.done.is_set() and len(active) + len(queue) < self.n_parallel:
                     with self._waiting_lock:
@@ -479,7 +502,7 @@ class LlamaCppLLM(BatchLLM):
                     self.tickets_joined += len(arrived)
                     admit(arrived)
                 at = 0
-                while at < len(queue) and len(active) < self.n_parallel:
+                while at < len(queue) and len(active) < room:
                     if self._waits_for_prefix(queue[at], active):
                         at += 1
                         continue
@@ -488,7 +511,20 @@ class LlamaCppLLM(BatchLLM):
                     active.append(row)
                 if not active:
                     break
-                self._step(active, pinned)
+                try:
+                    self._step(active, pinned)
+                except _KVFull:
+                    if len(active) == 1:
+                        raise
+                    # Recompute preemption (as vLLM's): the row started last gives its cells back and
+                    # starts again once a row has finished; greedy, it replies the same.
+                    victim = active.pop()
+                    self._preempt(victim, pinned)
+                    queue.insert(0, victim)
+                    room = len(active)
+                    continue
+                if any(r.finish is not None for r in active):
+                    room = self.n_parallel
                 for row in [r for r in active if r.finish is not None]:
                     finished(row)
                 active = [r for r in active if r.finish is None]

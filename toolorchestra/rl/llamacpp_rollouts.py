@@ -30,6 +30,7 @@ from toolorchestra.core.fs import replace_path
 from toolorchestra.llm.base import Completion, LLMError
 from toolorchestra.llm.gguf_export import GGUFWeights, convert
 from toolorchestra.llm.hermes import CLOSE
+from toolorchestra.llm.llamacpp import N_CTX
 from toolorchestra.rl.transcript import RolloutPolicy
 
 
@@ -63,7 +64,7 @@ class LlamaCppRollouts:
     step's rollout policy; the previous step's engine is closed first (one model in memory)."""
 
     def __init__(self, base_folder: str | Path, scratch: str | Path, *, weights: GGUFWeights = "f16",
-                 n_threads: int = 1, n_ctx: int = 16384, seed: int = 0) -> None:
+                 n_threads: int = 1, n_ctx: int = N_CTX, seed: int = 0) -> None:
         self.base_folder, self.scratch = Path(base_folder), Path(scratch)
         self.weights, self.n_threads, self.n_ctx = weights, n_threads, n_ctx
         self._seeds = random.Random(seed)

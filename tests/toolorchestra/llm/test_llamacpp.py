@@ -147,9 +147,27 @@ def test_a_full_kv_cache_evicts_old_sequences_and_replies_stay_the_same(tiny_fol
         small.chat([{"role": "user", "content": "word " * 1100}], max_tokens=4)
 
 
+def test_running_rows_that_outgrow_the_kv_cache_are_preempted_not_an_error(tiny_folder, engines):
+    """Rows whose prompts fit one by one but not all at once: the row started last gives its cells back
+    and restarts once another has finished (recompute preemption), with the same greedy reply; a
+    single row that cannot fit is still one clear error."""
+    _, engine, gguf, _ = engines
+    small = LlamaCppLLM(gguf, tiny_folder, n_ctx=512, n_parallel=4)
+    questions = [[{"role": "user", "content": f"Question {i}: what is {i} + {i}? " + f"Detail {i}. " * 40}]
+                 for i in range(4)]
+    replies = small.chat_batch(questions, max_tokens=6)
+    assert min(c.usage.prompt_tokens for c in replies) > 512 / 4  # four at once cannot fit
+    assert small.rows_preempted > 0
+    assert [c.text for c in replies] == [engine.chat(q, max_tokens=6).text for q in questions]
+    assert not small._live or all(len(t) <= 512 for t in small._live.values())
+
+
 def test_rows_sampled_together_follow_their_own_seeds(tiny_folder, engines):
     """Lockstep sampling: a row's tokens depend on its prompt and seed, not on its batch neighbours."""
     _, engine, _, _ = engines
+    # From an empty cache: how much of the prompt a live sequence already holds changes which decodes
+    # read it, and at temperature 1 a random model's near-uniform tokens follow last-bit differences.
+    engine.reset()
     prompt = engine.tokenizer(engine.render(PROMPTS[1]), add_special_tokens=False)["input_ids"]
     together = engine.generate_many([prompt] * 3, max_tokens=10, temperature=1.0, stop_texts=[()] * 3,
                                     seeds=[1, 2, 1])
