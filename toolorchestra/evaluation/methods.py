@@ -74,6 +74,15 @@ class Method:
     """`all` catalog tools, or only the `basic` (non-LLM) ones: an expert working alone."""
     description: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    policy_on: Callable[[Callable[[str], LLM]], LLM] | None = None
+    """The policy on a method worker's own catalog backends (`llm_for`), when the policy is a
+    catalog model (an expert alone): each worker then decodes it on its own engine."""
+
+    def policy_for(self, llm_for: Callable[[str], LLM] | None) -> LLM:
+        """The policy a method worker runs, given its catalog backends (None: the shared ones)."""
+        if self.policy_on is None or llm_for is None:
+            return self.policy
+        return self.policy_on(llm_for)
 
     def offered(self, catalog: Catalog) -> list[str]:
         if self.tools == "all":
@@ -111,7 +120,8 @@ def expert_methods(catalog: Catalog, llm_for: Any, aliases: list[str] | None = N
         raise ConfigError(None, f"experts {unknown} are not catalog models; known: {sorted(catalog.models)}",
                           key="methods.experts")
     return [Method(name=f"expert:{alias}", role="expert", policy=llm_for(alias), policy_alias=alias, tools="basic",
-                   description=f"{alias} alone, with the domain and basic tools", info={"alias": alias})
+                   description=f"{alias} alone, with the domain and basic tools", info={"alias": alias},
+                   policy_on=lambda models, alias=alias: models(alias))
             for alias in chosen]
 
 

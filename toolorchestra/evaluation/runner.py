@@ -206,8 +206,8 @@ def evaluate(
     `llm_for_worker(k)`: the catalog models' backends for method worker k (default: `llm_for` for
     all). With `method_workers` > 1, give each worker its own local engines (`catalog_llms(...,
     replica=k)`): a llama.cpp engine decodes on one core at a time, so two baselines that call only
-    the catalog's models (the expert alone, the routers) would otherwise share one core. An expert
-    alone's policy is its catalog model, so it runs on the worker's engine too."""
+    the catalog's models (the expert alone, the routers) would otherwise share one core. A policy that
+    is a catalog model (`Method.policy_on`: an expert alone) runs on the worker's engine too."""
     config = config or EvalConfig()
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -234,9 +234,7 @@ def evaluate(
         records: list[TaskRecord] = []
         episode = config.episode.model_copy(update={"policy_alias": method.policy_alias})
         env = RolloutEnvironment(catalog, settings, domains, episode, llm_for=models)
-        policy = method.policy
-        if method.role == "expert" and models is not None and method.policy_alias is not None:
-            policy = models(method.policy_alias)
+        policy = method.policy_for(models)
         tools = method.offered(catalog)
         instances = [make_instance(item, catalog, tools, config.prompt, instructed=variant == "instructed",
                                    seed=config.seed) for item, variant in runs]

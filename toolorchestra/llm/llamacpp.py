@@ -29,7 +29,8 @@ earlier calls (least recently used evicted when a decode finds no room). A new p
 the live sequence that shares its longest prefix (`llama_memory_seq_cp` shares those cells, it
 does not copy them): the system prompt and tool schemas of a domain are encoded once, and an
 episode's next turn encodes only the reply and observation that are new. Flash attention skips the
-cells masked out for a sequence, so other sequences' cells cost little attention time.
+cells masked out for a sequence, but still walks them (see `N_CTX`). Rows that together outgrow the
+cells are preempted (`_preempt`): the row started last restarts later from its prompt.
 
 Threads: llama.cpp's workers spin-wait at every operation's barrier, so a thread more than the free
 cores stalls them all; on the shared two-core machine 2 threads ran at 0.8 new tokens/s and 1 thread
@@ -59,11 +60,13 @@ NO_KV_SLOT = 1
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_callback: Any = None
-N_CTX = 8192
+N_CTX = 16384
 """Default KV cells of an engine. Every decode's attention walks the cells up to the highest one in
-use, masked or not, so a cache kept full of old sequences slows every token: the stage's 16-row
-batches need ~6k cells, and at 16,384 cells the evaluation ran 1.33x slower
-(`benchmarks/bench_eval.py --n-ctx`). Rows that outgrow it are preempted, not an error."""
+use, masked or not, so old sequences kept for their prefixes slow every token; but fewer cells
+re-read more prompts: at 8,192 the demo's evaluate stage took 1,374 s against 1,110 s here (the
+trained and sft_only policies, 16 rows of ~1.4k-token prompts, 784 vs 536 s), while
+`benchmarks/bench_eval.py --n-ctx 8192` (20 short episodes) ran 1.33x faster (docs/design.md).
+Rows that outgrow the cells together are preempted, not an error."""
 PREFIX_WAIT = 32
 """A queued row waits for a row still reading its prompt when that row will hold more than this many
 more tokens of its prefix than any live sequence does."""
