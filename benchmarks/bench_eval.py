@@ -226,8 +226,8 @@ def compare_modes(args, settings, catalog, benches, n: int) -> dict:
 
 
 def main() -> None:
-    from toolorchestra.llm.config import LlamaCppLLMConfig
     from toolorchestra.llm.gguf_export import GGUFWeights
+    from toolorchestra.llm.llamacpp import N_CTX
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", choices=["engines", "modes"], default="engines")
@@ -240,7 +240,7 @@ def main() -> None:
                         help="method workers of the new path, each with its own llama.cpp engines (the stage's)")
     parser.add_argument("--weights", choices=get_args(GGUFWeights), default="f16",
                         help="GGUF precision of the llama.cpp engine (engines comparison)")
-    parser.add_argument("--n-ctx", type=int, default=LlamaCppLLMConfig.model_fields["n_ctx"].default,
+    parser.add_argument("--n-ctx", type=int, default=N_CTX,
                         help="KV cells of each llama.cpp engine (the stage's engine setting)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--expert-latency", type=float, default=0.0, help="seconds each expert call also waits")

@@ -26,6 +26,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -71,6 +72,8 @@ def plain_steps(model, batches, lr: float, bf16: bool) -> float:
 
 
 def main() -> int:
+    from toolorchestra.rl.config import MixedPrecision
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, help="model folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per arm (after one warm-up)")
@@ -78,7 +81,7 @@ def main() -> int:
     parser.add_argument("--min-len", type=int, default=700)
     parser.add_argument("--max-len", type=int, default=1100)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--precision", choices=["auto", "no", "bf16"], default="auto",
+    parser.add_argument("--precision", choices=get_args(MixedPrecision), default="auto",
                         help="train.mixed_precision (auto: the train stage's choice for this CPU)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()

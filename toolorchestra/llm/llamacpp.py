@@ -325,11 +325,11 @@ class LlamaCppLLM(BatchLLM):
             code = self._c.llama_decode(self._ctx.ctx, batch)
             if code == 0:
                 return
-            if code == NO_KV_SLOT and not self._evict_one(pinned):
-                raise _KVFull(f"{self.model}: the {self.n_ctx} KV cells cannot hold the rows being generated "
-                              "(raise n_ctx)")
             if code != NO_KV_SLOT:
                 raise LLMError(f"llama.cpp decode with {self.model} failed (code {code})")
+            if not self._evict_one(pinned):
+                raise _KVFull(f"{self.model}: the {self.n_ctx} KV cells cannot hold the rows being generated "
+                              "(raise n_ctx)")
 
     def _sampler(self, temperature: float, seed: int | None) -> Any:
         c = self._c

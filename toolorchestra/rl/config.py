@@ -154,6 +154,10 @@ class VerlSettings(BaseModel):
         return self
 
 
+MixedPrecision = Literal["auto", "bf16", "no"]
+"""`train.mixed_precision`: see TrainConfig."""
+
+
 class TrainConfig(BaseModel):
     """Everything one training run needs besides its input and output paths."""
 
@@ -164,7 +168,7 @@ class TrainConfig(BaseModel):
     init_from: str | None = Field(None, description="start from this checkpoint folder instead of base_model")
     seed: int = 0
     device: str = Field("auto", description="auto | cpu | cuda[:N]")
-    mixed_precision: Literal["auto", "bf16", "no"] = Field(
+    mixed_precision: MixedPrecision = Field(
         "auto", description="auto: bf16 on CUDA (bf16 weights) and on CPUs with native bf16 instructions "
         "(fp32 weights, bf16 autocast: ~2.5x faster SFT steps on AVX512-BF16); no: fp32 everywhere")
     engine: Literal["transformers", "llamacpp"] | None = Field(
