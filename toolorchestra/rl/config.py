@@ -47,6 +47,23 @@ class SFTSettings(BaseModel):
     learning_rate: float = Field(1e-4, gt=0)
     max_length: int = Field(4096, ge=64, le=1_048_576, description="tokens per example; longer examples are dropped")
     max_examples: int | None = Field(64, ge=1, le=10_000_000)
+    micro_batch_size: int | None = Field(
+        None, ge=1, le=65_536,
+        description="sequences per forward pass, batch_size of them per optimiser step (gradient accumulation); "
+                    "None: 1 on the CPU (no padding, unmasked attention), batch_size on a GPU")
+    group_by_length: bool = Field(True, description="micro-batches of similar lengths (less padding); false: random")
+
+    @model_validator(mode="after")
+    def _micro_divides_batch(self) -> SFTSettings:
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            raise ValueError(f"micro_batch_size {self.micro_batch_size} must divide batch_size {self.batch_size}")
+        return self
+
+    def micro_batch(self, use_cpu: bool) -> int:
+        """Sequences per forward pass on this device."""
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        return 1 if use_cpu else self.batch_size
 
 
 class BandSettings(BaseModel):

@@ -119,7 +119,7 @@ def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Ins
     import torch
     from transformers import AutoModelForCausalLM
 
-    from toolorchestra.rl.sft import golden_examples, run_sft
+    from toolorchestra.rl.sft import golden_examples, run_sft, sft_trainer
     from toolorchestra.rl.tracking import StepMetrics
 
     done = work / "sft" / "model"
@@ -136,8 +136,8 @@ def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Ins
     dtype = torch.float32 if use_cpu or not bf16 else torch.bfloat16  # on CPU bf16 means autocast
     model = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
     tracker = StepMetrics("sft/")
-    metrics = run_sft(model, tokenizer, examples, config.sft, work / "sft" / "trainer", seed=config.seed,
-                      use_cpu=use_cpu, bf16=bf16, callbacks=[tracker])
+    metrics = run_sft(sft_trainer(model, tokenizer, examples, config.sft, work / "sft" / "trainer", seed=config.seed,
+                                  use_cpu=use_cpu, bf16=bf16, callbacks=[tracker]))
     metrics["sft/examples"] = float(len(examples))
     losses = [row["loss"] for row in tracker.history if "loss" in row]
     if losses:
