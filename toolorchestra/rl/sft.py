@@ -81,7 +81,8 @@ def sft_trainer(
         # (the Trainer normalises the loss over the step's tokens, so the update is the batch's):
         # a padded batch pays for its padding and its attention takes the masked path, and on
         # SmolLM2-135M fp32, 2 cores, 4 x 1,000 tokens took 36 s one at a time against 61 s as one
-        # batch with three rows padded by a quarter (45 s unpadded).
+        # batch with three rows padded by a quarter (45 s unpadded); the demo's warm start took
+        # 939 s against 1,084 s with length-grouped padded batches of 4.
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=settings.batch_size // micro,
         learning_rate=settings.learning_rate,
