@@ -17,7 +17,7 @@ from toolorchestra.describe.descriptions import (
     format_usd,
     relocated_dict,
 )
-from toolorchestra.describe.measure import DescribeConfig, Measurement
+from toolorchestra.describe.measure import DescribeConfig, Measurement, measure
 from toolorchestra.episodes.pool import load_pool
 from toolorchestra.llm.base import LLMError
 from toolorchestra.tools.catalog import load_embedded_catalog, parse_catalog
@@ -174,6 +174,19 @@ def test_aliases_of_one_agent_share_their_tool_use_episodes(validated, tmp_path)
     assert sorted(r.model for r in runs) == ["smollm2"] * 4 + ["smollm2-vote5"] * 4
     assert doubles["smollm2-vote5"].calls == 0  # same backend and price: its episodes were not run again
     assert m.stats["ask_vote"]["smollm2-vote5"]["tool_use"] == m.stats["ask_direct"]["smollm2"]["tool_use"]
+
+
+def test_tool_use_episodes_are_counted_apart_from_qa_calls(validated, tmp_path):
+    """An episode is several turns of long prompts, a QA call one short one: `tool_use_samples`
+    sets their number apart, and the records keep the job order (QA first)."""
+    settings = Settings(workspace=tmp_path)
+    config = DescribeConfig(samples_per_category=3, tool_use_samples=2, max_workers=2, tools=["ask_direct"],
+                            categories=["qa_numeric", "tool_use"])
+    m = measure(load_embedded_catalog(), load_pool(validated), settings, config,
+                llm_for=lambda alias: SmartExpert("smollm2"))
+    assert [r.category for r in m.records] == ["qa_numeric"] * 3 + ["tool_use"] * 2
+    stats = m.stats["ask_direct"]["smollm2"]
+    assert stats["qa_numeric"].n == 3 and stats["tool_use"].n == 2 and stats["tool_use"].accuracy == 1.0
 
 
 def test_relocated_catalog_keeps_its_search_corpus(tmp_path):
