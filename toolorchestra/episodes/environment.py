@@ -30,6 +30,7 @@ always kept, the rest are a seeded sample) so prompts stay short.
 from __future__ import annotations
 
 import copy
+import logging
 import random
 import re
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from toolorchestra.core.settings import Settings
 from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.llm.base import LLM, Message
 from toolorchestra.llm.hermes import format_tool_call, strip_tool_calls
+from toolorchestra.synthesis.records_api import MODULE
 from toolorchestra.tools.catalog import Catalog, Price
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import Toolbox
@@ -54,6 +56,8 @@ from toolorchestra.tools.toolbox import Toolbox
 # every such instance (`Instance.default_preference`); this is the fallback for instances built
 # elsewhere. Cost and latency are min-max normalised per group, so a right rollout gains at most
 # 0.5 over another right one and never overtakes the accuracy term.
+log = logging.getLogger(__name__)
+
 DEFAULT_PREFERENCE = {"accuracy": 1.0, "cost": 0.3, "latency": 0.2}
 
 
@@ -137,12 +141,6 @@ def score_rollout(instance: Instance, trajectory: Trajectory, env: Any = None) -
 # ------------------------------------------------------------------------------ per-episode tools
 
 
-def _scoped(tool: Any, domain: str | None) -> Any:
-    """Local search restricted to the episode's domain (its records only); other tools as they are."""
-    from toolorchestra.tools.local_search import LocalSearch
-
-    return tool.scoped(domain) if isinstance(tool, LocalSearch) and domain else tool
-
 
 @dataclass
 class EpisodeSetup:
@@ -174,6 +172,7 @@ class RolloutEnvironment:
         self.llm_for = llm_for
         self._catalog_tools: Toolbox | None = None
         self._catalog_names: set[str] = set()
+        self._records: dict[str, tuple[dict[str, bytes], str] | None] = {}
 
     # -- tools
 
@@ -192,6 +191,37 @@ class RolloutEnvironment:
                                                 only=sorted(self._catalog_names))
         assert self._catalog_tools is not None or not names
         return self._catalog_tools if self._catalog_tools is not None else Toolbox([])
+
+    def scoped(self, tool: Any, instance: Instance) -> Any:
+        """`tool` for this episode: local search restricted to the episode's domain (its records
+        only); for a QA episode of a domain, the code interpreter with that domain's records
+        (`synthesis.records_api`: the tool counts and aggregates need). A tool-use episode's code
+        runs without them: its database changes during the episode, and a copy would go stale."""
+        from toolorchestra.tools.code_interpreter import CodeInterpreter
+        from toolorchestra.tools.local_search import LocalSearch
+
+        if not instance.domain:
+            return tool
+        if isinstance(tool, LocalSearch):
+            return tool.scoped(instance.domain)
+        if isinstance(tool, CodeInterpreter) and instance.kind == "qa":
+            records = self.records_files(instance.domain)
+            if records is not None:
+                return tool.with_files(records[0], preload=MODULE, note=records[1])
+        return tool
+
+    def records_files(self, domain: str) -> tuple[dict[str, bytes], str] | None:
+        """The domain's sandbox files and description note, built once; None (with one warning)
+        when its database cannot be found (QA items naming a domain that has no folder)."""
+        if domain not in self._records:
+            from toolorchestra.synthesis.records_api import sandbox_files
+
+            try:
+                self._records[domain] = sandbox_files(self.domains.domain(domain))
+            except ConfigError as exc:
+                log.warning("the code interpreter runs without %s's records: %s", domain, exc)
+                self._records[domain] = None
+        return self._records[domain]
 
     def offered_domain_tools(self, instance: Instance) -> list[str]:
         """The instance's domain tools, capped at `max_domain_tools` (golden ones always kept)."""
@@ -220,7 +250,7 @@ class RolloutEnvironment:
             tools.extend(t for t in env.tools() if t.name in offered)
         catalog_box = self.catalog_toolbox(instance.catalog_tools) if instance.catalog_tools else None
         if catalog_box is not None:
-            tools.extend(_scoped(catalog_box.tools[name], instance.domain) for name in instance.catalog_tools)
+            tools.extend(self.scoped(catalog_box.tools[name], instance) for name in instance.catalog_tools)
         model_prices = {**self.catalog.model_prices(), **instance.model_prices}
         # catalog prices under the instance's: an expert's sandbox run is billed even when the
         # code tool itself is not offered
@@ -281,14 +311,14 @@ class RolloutEnvironment:
 
         - tool use: the golden actions as Hermes calls with their observations, then a reply that
           states the values to communicate;
-        - QA `arithmetic` (an item with a `program`): one `code_interpreter` call running it, then
+        - QA with a `program` (calculations; counts and aggregates over the domain's records,
+          which the episode's code interpreter holds): one `code_interpreter` call running it, then
           the printed value as the answer;
         - QA lookup: one `local_search` call with the question's quoted key values (scoped to the
           item's domain), then the gold answer, kept only when the retrieved passage is the record
           the question names (its quoted key values) and shows the answer: read, not recalled.
 
-        Each needs its tool offered by the instance; other QA items (counts and aggregates over
-        records) have no golden trajectory."""
+        Each needs its tool offered by the instance; other QA items have no golden trajectory."""
         if instance.kind == "tool_use":
             calls = [(a.name, copy.deepcopy(a.arguments)) for a in instance.tau2_task.actions]
             info = instance.tau2_task.communicate_info
@@ -297,7 +327,7 @@ class RolloutEnvironment:
         from toolorchestra.episodes.pool import qa_category
 
         category = qa_category(_qa_item(instance))
-        if category == "qa_arithmetic" and instance.task.get("program") and CODE_TOOL in instance.catalog_tools:
+        if instance.task.get("program") and CODE_TOOL in instance.catalog_tools:
             return self._replay(instance, [(CODE_TOOL, {"code": instance.task["program"]})],
                                 lambda seen: seen[-1].strip().splitlines()[-1] if seen[-1].strip() else "")
         if category == "qa_lookup" and SEARCH_TOOL in instance.catalog_tools:

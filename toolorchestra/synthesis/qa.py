@@ -21,6 +21,7 @@ Usage: `items = synthesize_qa(domain, 40, seed=7)`.
 from __future__ import annotations
 
 import json
+import math
 import random
 from typing import Any
 
@@ -29,6 +30,7 @@ from toolorchestra.envs.schema import FieldInfo, TableSchema, table_records
 from toolorchestra.envs.state import values_at
 from toolorchestra.synthesis.chain import human, show
 from toolorchestra.synthesis.procedural import stable_seed
+from toolorchestra.synthesis.records_api import flat_database, run_program
 
 ANSWER_TYPES = ("exactMatch", "numeric")
 CATEGORIES = ("lookup", "count", "aggregate", "arithmetic")
@@ -67,7 +69,12 @@ class _QA:
         return [f for f in ts.fields.values() if f.unique and f.types == ["string"] and not f.repeated
                 and all(len(str(v)) <= 50 for v in f.examples)]
 
-    def ident(self, ts: TableSchema, rid: Any) -> str | None:
+    def ident(self, ts: TableSchema, rid: Any) -> str:
+        return self.ident_ref(ts, rid)[0]
+
+    def ident_ref(self, ts: TableSchema, rid: Any) -> tuple[str, str]:
+        """How a question singles out the record: its words, and the program's expression for the
+        record (`find(...)` by the same field and value, or by `'id'`; `records_api`)."""
         record = self.records[ts.name][rid]
         keys = self.keys(ts)
         self.rng.shuffle(keys)
@@ -76,8 +83,9 @@ class _QA:
             if len(values) == 1 and isinstance(values[0], str) and values[0]:
                 hits = [r for r, rec in self.records[ts.name].items() if values[0] in values_at(rec, info.segments)]
                 if hits == [rid]:
-                    return f"the {ts.entity.replace('_', ' ')} whose {human(info.segments)} is '{values[0]}'"
-        return f"the {ts.entity.replace('_', ' ')} with id '{rid}'"
+                    return (f"the {ts.entity.replace('_', ' ')} whose {human(info.segments)} is '{values[0]}'",
+                            f"find({ts.name!r}, {human(info.segments)!r}, {values[0]!r})")
+        return f"the {ts.entity.replace('_', ' ')} with id '{rid}'", f"find({ts.name!r}, 'id', {rid!r})"
 
     def lookup(self, ts: TableSchema) -> dict[str, Any] | None:
         rid = self.rng.choice(list(self.records[ts.name]))
@@ -106,12 +114,16 @@ class _QA:
             n = sum(1 for rec in self.records[ts.name].values() if value in values_at(rec, info.segments))
             question = (f"In the {self.domain.name} database, how many {ts.name.replace('_', ' ')} have "
                         f"{human(info.segments)} equal to '{value}'?")
+            program = f"print(sum(r[{human(info.segments)!r}] == {value!r} for r in rows({ts.name!r})))"
         else:
             rid = self.rng.choice(list(self.records[ts.name]))
             n = sum(1 for _ in values_at(self.records[ts.name][rid], info.segments))
+            who, record = self.ident_ref(ts, rid)
             question = (f"In the {self.domain.name} database, how many entries does the "
-                        f"{human(info.segments[:-1])} list of {self.ident(ts, rid)} have?")
-        return {"question": question, "answer": str(n), "answer_type": "numeric", "category": "count"}
+                        f"{human(info.segments[:-1])} list of {who} have?")
+            program = f"print(len({record}[{human(info.segments[:-1])!r}]))"
+        return {"question": question, "answer": str(n), "answer_type": "numeric", "category": "count",
+                "program": program}
 
     def aggregate(self, ts: TableSchema) -> dict[str, Any] | None:
         refs = [f for f in ts.fields.values() if not f.repeated and any(r.map_path is None for r in f.references)]
@@ -134,11 +146,17 @@ class _QA:
         op = self.rng.choice(["total", "average", "maximum"])
         vals = groups[owner]
         answer = {"total": sum(vals), "average": sum(vals) / len(vals), "maximum": max(vals)}[op]
-        who = self.ident(self.domain.schema.tables[target], owner)
+        who, record = self.ident_ref(self.domain.schema.tables[target], owner)
         question = (f"In the {self.domain.name} database, what is the {op} {human(num.segments)} over all "
                     f"{ts.name.replace('_', ' ')} whose {human(ref_field.segments)} refers to {who}? "
                     "Round to 2 decimals.")
-        return {"question": question, "answer": number(answer), "answer_type": "numeric", "category": "aggregate"}
+        by_id = f"find({target!r}, 'id', {owner!r})"
+        owner_id = repr(owner) if record == by_id else f"{record}['id']"
+        function = {"total": "sum", "average": "mean", "maximum": "max"}[op]
+        program = (f"print(round({function}(r[{human(num.segments)!r}] for r in rows({ts.name!r}) "
+                   f"if r[{human(ref_field.segments)!r}] == {owner_id}), 2))")
+        return {"question": question, "answer": number(answer), "answer_type": "numeric", "category": "aggregate",
+                "program": program}
 
 
 def arithmetic(rng: random.Random) -> dict[str, Any]:
@@ -166,6 +184,14 @@ def arithmetic(rng: random.Random) -> dict[str, Any]:
             "program": f"print({expression})"}
 
 
+def _prints_answer(program: str, answer: str, database: dict[str, Any]) -> bool:
+    try:
+        printed = run_program(program, database)
+        return math.isclose(float(printed), float(answer), rel_tol=1e-9, abs_tol=1e-9)
+    except Exception:  # any failure means the program is not a golden call
+        return False
+
+
 def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: float = 0.4,
                   arithmetic_fraction: float = 0.0) -> list[dict[str, Any]]:
     """`n` distinct QA items (fewer when the database cannot support them); about
@@ -173,6 +199,7 @@ def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: fl
     Every item names its `domain` (local search is scoped to it)."""
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
+    database = flat_database(domain)
     tables = [domain.schema.tables[t] for t in domain.layouts if domain.schema.tables[t].n_records]
     for attempt in range(n * 20):
         if len(items) >= n or not tables:
@@ -188,6 +215,8 @@ def synthesize_qa(domain: Domain, n: int, *, seed: int = 0, numeric_fraction: fl
             item = gen.lookup(ts)
         if item is None or item["question"] in seen:
             continue
+        if "program" in item and not _prints_answer(item["program"], item["answer"], database):
+            del item["program"]  # no golden call rather than a wrong one
         seen.add(item["question"])
         items.append({"id": f"{domain.name}-qa-s{seed}-{len(items):04d}", "domain": domain.name, **item})
     return items

@@ -17,6 +17,7 @@ interpreter's start-up plus the namespace and rlimit setup (measured by the test
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
@@ -82,6 +83,9 @@ class CodeInterpreter(Tool):
         if not sys.executable:
             raise ToolError("code_interpreter: sys.executable is empty; cannot start a child interpreter")
         self._warned_no_netns = False
+        self.files: dict[str, bytes] = {}
+        """Written into every call's working folder before the code runs (see `with_files`)."""
+        self.preload: str | None = None
         self.as_root = os.geteuid() == 0
         self._mounts: list[tuple[str, list[str]]] = []
         self.hidden_paths: list[str] = []
@@ -114,6 +118,21 @@ class CodeInterpreter(Tool):
         )
 
     # ------------------------------------------------------------------ public
+    def with_files(self, files: dict[str, bytes], *, preload: str | None = None, note: str = "") -> CodeInterpreter:
+        """A view of this tool whose calls find `files` (plain names) in their working folder, with
+        the public names (`__all__`) of the module `preload` (one of the files, without `.py`)
+        already defined for the code, and `note` added to the description. The episode
+        environment gives a domain's episodes its records this way (`synthesis.records_api`)."""
+        bad = [n for n in files if not n or os.path.basename(n) != n or n.startswith(".")]
+        if bad:
+            raise ToolError(f"code_interpreter: file names must be plain names, got {bad}")
+        if preload is not None and f"{preload}.py" not in files:
+            raise ToolError(f"code_interpreter: preload module {preload!r} is not among the files {sorted(files)}")
+        view = copy.copy(self)
+        view.files, view.preload = dict(files), preload
+        view.description = f"{self.description} {note}".strip()
+        return view
+
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
         code = arguments.get("code") if isinstance(arguments, dict) else None
         if not isinstance(code, str):
@@ -131,6 +150,12 @@ class CodeInterpreter(Tool):
             if lease is not None:
                 assert lease.uid is not None
                 os.chown(workdir, lease.uid, lease.uid)
+            for name, content in self.files.items():
+                # written by the caller, readable by the sandbox uid (the folder is its own)
+                path = os.path.join(workdir, name)
+                with open(path, "wb") as handle:
+                    handle.write(content)
+                os.chmod(path, 0o644)
             os.chmod(workdir, 0o700)
             mounts = call_mounts(workdir, interpreter=self._mounts, hidden=self.hidden_paths,
                                  tmp_mb=self.limits.tmp_mb) if lease is not None else []
@@ -141,6 +166,7 @@ class CodeInterpreter(Tool):
                 self.limits,
                 network_namespace=self.network_namespace,
                 mounts=mounts,
+                preload=self.preload,
             )
         finally:
             try:

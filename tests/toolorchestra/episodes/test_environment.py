@@ -97,9 +97,10 @@ def test_scorer_reads_only_what_was_said_outside_tool_calls(make_env, tool_use, 
 
 
 def test_qa_golden_conversations_route_calculations_to_code_and_lookups_to_scoped_search(tmp_path, settings, expert):
-    """A calculation replays one code_interpreter call and answers what it printed; a lookup one
-    local_search call (scoped to the item's domain) and answers the value it read; the replay is
-    scored like a rollout, so every returned conversation is correct."""
+    """A calculation, count or aggregate replays one code_interpreter call (counts and aggregates
+    over the domain's records, which the QA episode's sandbox holds) and answers what it printed; a
+    lookup one local_search call (scoped to the item's domain) and answers the value it read; the
+    replay is scored like a rollout, so every returned conversation is correct."""
     from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
     from toolorchestra.episodes.instance import DomainLocator
     from toolorchestra.episodes.pool import qa_category
@@ -118,25 +119,32 @@ def test_qa_golden_conversations_route_calculations_to_code_and_lookups_to_scope
                  if i.kind == "qa"]
     env = RolloutEnvironment(catalog, settings, DomainLocator([root]), EpisodeConfig(max_observation_chars=800),
                              llm_for=lambda alias: expert)
-    found = {"qa_arithmetic": 0, "qa_lookup": 0}
+    found = {"qa_arithmetic": 0, "qa_lookup": 0, "qa_numeric": 0}
     for instance in instances:
         category = qa_category(QAItem.model_validate(instance.task))
         golden = env.golden_conversation(instance)
-        if category == "qa_numeric":
-            assert golden is None  # counts and aggregates over records: no golden route
-            continue
         if golden is None:
-            continue  # a lookup whose passage did not show the answer is left out, not faked
+            assert category == "qa_lookup"  # a lookup whose passage did not show the answer is left out, not faked
+            continue
         messages, specs = golden
         call, observation, reply = messages[-3:]
-        tool = "code_interpreter" if category == "qa_arithmetic" else "local_search"
+        tool = "local_search" if category == "qa_lookup" else "code_interpreter"
         assert f'"name": "{tool}"' in call["content"] and observation["role"] == "tool"
         assert str(instance.answer).lower() in observation["content"].lower()
-        assert reply["content"] == str(instance.answer) or category == "qa_arithmetic"
+        assert reply["content"] == str(instance.answer) or category != "qa_lookup"
         if tool == "local_search":
             assert all(key in observation["content"] for key in re.findall(r"'([^']+)'", instance.question))
+        else:  # the code tool shown to the policy says what the sandbox holds
+            [code_spec] = [s["function"] for s in specs if s["function"]["name"] == "code_interpreter"]
+            assert "The library database is loaded" in code_spec["description"]
         found[category] += 1
-    assert found["qa_arithmetic"] >= 5 and found["qa_lookup"] >= 3, found
+    assert found["qa_arithmetic"] >= 5 and found["qa_lookup"] >= 3 and found["qa_numeric"] >= 2, found
+    # A tool-use episode's database changes as it runs: its code tool gets no (stale) copy.
+    task = next(i for i in build_instances(root, catalog, include_policy=False, eval_task_fraction=0.2, seed=0)["train"]
+                if i.kind == "tool_use")
+    setup = env.setup(task.model_copy(update={"catalog_tools": ["code_interpreter"]}))
+    assert not setup.toolbox.tools["code_interpreter"].files
+    assert "database is loaded" not in setup.specs[-1]["function"]["description"]
 
 
 def test_an_offered_program_expert_pays_for_its_sandbox_run_when_the_code_tool_is_not_offered(

@@ -17,7 +17,8 @@ def test_qa_items_shape_and_answers():
     assert len(items) == 30 and len({i["id"] for i in items}) == 30 and len({i["question"] for i in items}) == 30
     assert {i["category"] for i in items} >= {"lookup", "count"}
     for item in items:
-        assert set(item) == {"id", "domain", "question", "answer", "answer_type", "category"}
+        fields = {"id", "domain", "question", "answer", "answer_type", "category"}
+        assert set(item) - {"program"} == fields and ("program" in item) == (item["category"] != "lookup")
         assert item["answer_type"] in ANSWER_TYPES and item["answer"]
         if item["answer_type"] == "numeric":
             float(item["answer"])
@@ -55,3 +56,23 @@ def test_arithmetic_items_answer_what_their_program_prints():
         forms.add(item["question"].split()[0])
     assert {"What", "Compute"} <= forms
     assert synthesize_qa(domain, 40, seed=3, arithmetic_fraction=0.5) == items
+
+
+def test_counts_and_aggregates_carry_a_program_over_the_records_that_prints_their_answer():
+    """The golden code_interpreter call of a count or aggregate, run against the records the QA
+    episode's sandbox holds (`records_api.run_program`, the same module), prints the item's answer;
+    a program that does not is dropped at synthesis rather than taught."""
+    from toolorchestra.synthesis.qa import _prints_answer
+    from toolorchestra.synthesis.records_api import flat_database, run_program
+
+    for domain in (Domain("events", events_db()), load_domain(third_party("toolscale", "medicine"))):
+        database = flat_database(domain)
+        items = [i for i in synthesize_qa(domain, 60, seed=4, numeric_fraction=0.8) if i["category"] in ("count", "aggregate")]
+        with_program = [i for i in items if "program" in i]
+        assert len(with_program) >= 0.8 * len(items) >= 10, (domain.name, len(with_program), len(items))
+        for item in with_program:
+            assert "rows(" in item["program"] or "find(" in item["program"]
+            assert float(run_program(item["program"], database)) == float(item["answer"]), item
+    item = with_program[0]
+    assert not _prints_answer(item["program"].replace("print(", "print(1 + "), item["answer"], database)
+    assert not _prints_answer("print(rows('no such table'))", item["answer"], database)

@@ -102,6 +102,20 @@ def test_prints_and_reports_exit_status(ci: CodeInterpreter) -> None:
     assert out.data["exit_code"] == 0 and not out.data["timed_out"]
 
 
+def test_files_are_in_the_working_folder_and_the_preload_names_are_defined(ci: CodeInterpreter) -> None:
+    files = {"helper.py": b"__all__ = ['twice']\n\ndef twice(x):\n    return 2 * x\n\nHIDDEN = 1\n",
+             "table.txt": b"7\n"}
+    view = ci.with_files(files, preload="helper", note="A helper is loaded.")
+    assert view.description.endswith("A helper is loaded.") and not ci.files and "helper" not in ci.description
+    out = view.run({"code": "print(twice(int(open('table.txt').read())), 'HIDDEN' in globals())"})
+    assert out.ok and out.content.splitlines()[-1] == "14 False", out.content
+    assert "twice" not in ci.run({"code": "print(sorted(globals()))"}).content  # the tool itself is unchanged
+    with pytest.raises(ToolError, match="plain names"):
+        ci.with_files({"../escape.py": b""})
+    with pytest.raises(ToolError, match="preload module 'absent' is not among the files"):
+        ci.with_files(files, preload="absent")
+
+
 def test_exception_shows_its_traceback_without_sandbox_frames(ci: CodeInterpreter) -> None:
     out = ci.run({"code": "x = 1\n\ndef f():\n    return x / 0\n\nf()\n"})
     assert not out.ok and out.data["exit_code"] == 1

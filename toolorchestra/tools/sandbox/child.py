@@ -118,6 +118,10 @@ def _main():
     main.__builtins__ = builtins
     sys.modules["__main__"] = main  # so pickling (multiprocessing) finds the code's names
     try:
+        if cfg.get("preload"):  # inside the try: its errors are the code's to read
+            import importlib
+            module = importlib.import_module(cfg["preload"])
+            main.__dict__.update({name: getattr(module, name) for name in getattr(module, "__all__", ())})
         exec(compile(code, "<code>", "exec"), main.__dict__)
     except SystemExit:
         raise

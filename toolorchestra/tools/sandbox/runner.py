@@ -97,8 +97,10 @@ def execute(
     *,
     network_namespace: bool,
     mounts: list[tuple[str, str, list[str]]],
+    preload: str | None = None,
 ) -> SandboxRun:
-    """Run `code` in a child in `workdir` (as `uid` when set) and return once nothing of it is left."""
+    """Run `code` in a child in `workdir` (as `uid` when set) and return once nothing of it is left.
+    `preload`: a module in `workdir` whose `__all__` names the code finds defined."""
     call_id = secrets.token_hex(8)
     nproc = limits.max_processes
     if uid is None:  # the limit counts every process of the caller's user, not just ours
@@ -119,6 +121,7 @@ def execute(
         "address_space": limits.address_space_bytes,
         "fsize": limits.max_file_mb * 2**20,
         "nproc": nproc,
+        "preload": preload,
     }
     run = SandboxRun(call_id, Stream(limits.max_output_bytes), Stream(limits.max_output_bytes))
     started = time.monotonic()
