@@ -140,7 +140,7 @@ QUICK = Sizes(tasks_per_domain=5, qa_per_domain=4, db_size=8, eval_tool_use=2, e
               sft_steps=1, sft_batch=2, grpo_steps=1, prompts_per_step=1, generations=2, max_turns=2, max_tokens=8,
               max_completion_length=128, batch_size=8)
 CPU = Sizes(tasks_per_domain=24, qa_per_domain=8, db_size=30, eval_tool_use=10, eval_qa=6, eval_preferences=4,
-            sft_steps=12, sft_batch=4, grpo_steps=3, prompts_per_step=8, generations=4, max_turns=3, max_tokens=48,
+            sft_steps=12, sft_batch=4, grpo_steps=3, prompts_per_step=8, generations=4, max_turns=3, max_tokens=96,
             max_completion_length=768, batch_size=8)
 GPU = Sizes(tasks_per_domain=60, qa_per_domain=20, db_size=40, eval_tool_use=40, eval_qa=20, eval_preferences=16,
             sft_steps=60, sft_batch=8, grpo_steps=40, prompts_per_step=16, generations=8, max_turns=4, max_tokens=96,

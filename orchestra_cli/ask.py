@@ -57,6 +57,8 @@ def ask(
     temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
     tools: Annotated[str | None, typer.Option(help="comma-separated subset of the catalog's tools")] = None,
     budget: Annotated[float | None, typer.Option(min=0.0, help="cost limit in USD: the loop stops before a call that could exceed it")] = None,
+    domain: Annotated[Path | None, typer.Option(
+        help="a domain folder (db.json): local search keeps to its records and the code interpreter holds them")] = None,
     trace: Annotated[bool, typer.Option(help="log the trajectory as an MLflow trace (experiment orchestra-ask)")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
@@ -88,6 +90,18 @@ def ask(
         raise ConfigError(None, f"{', '.join(unknown)}: not in the catalog; its tools: "
                           f"{', '.join(t.name for t in cat.tools)}", key="--tools")
     toolbox = build_toolbox(cat, settings, only=only, **observation_limit)
+    if domain is not None:  # as a QA episode of that domain sees its tools
+        from toolorchestra.envs.domain import load_domain
+        from toolorchestra.episodes.environment import scope_to_domain
+        from toolorchestra.synthesis.records_api import sandbox_files
+        from toolorchestra.tools.toolbox import Toolbox
+
+        if not (domain / "db.json").is_file():
+            raise ConfigError(domain, "not a domain folder: no db.json in it", key="--domain")
+        records = sandbox_files(load_domain(domain, name=domain.name))
+        toolbox = Toolbox([scope_to_domain(t, domain.name, records) for t in toolbox.tools.values()],
+                          prices=toolbox.prices, model_prices=toolbox.model_prices,
+                          max_observation_chars=toolbox.max_observation_chars)
     # The prompt of training (and of the server): the system prompt with the offered tools' prices.
     orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns, max_tokens=max_tokens,
                                 temperature=temperature, budget_usd=budget,

@@ -57,6 +57,8 @@ class Params(StageParams):
     evolve_fraction: float = Field(0.25, ge=0, le=1)
     qa_per_domain: int = Field(40, ge=0, le=100_000)
     arithmetic_fraction: float = Field(0.0, ge=0, le=1, description="share of QA items that are calculations")
+    numeric_fraction: float = Field(0.4, ge=0, le=1, description="of the other QA items, the share of counts and "
+                                    "aggregates over records (the rest are lookups; a repeated question is drawn again)")
     procedural: ProceduralConfig = ProceduralConfig()
     llm: LLMParams = LLMParams()
 
@@ -109,7 +111,8 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     # each is one task, with the same outputs as this loop run serially.
     one_domain = partial(synthesize_domain, tasks=params.tasks_per_domain, seed=params.seed,
                          evolve_fraction=params.evolve_fraction, qa=params.qa_per_domain,
-                         arithmetic_fraction=params.arithmetic_fraction, config=params.procedural)
+                         arithmetic_fraction=params.arithmetic_fraction, numeric_fraction=params.numeric_fraction,
+                         config=params.procedural)
     domains = _domains(params, paths)
     results = fan_out(one_domain, domains, ray_address=paths.settings.ray_address)
     metrics["ray_tasks"] = len(domains) if backend(paths.settings.ray_address) == "ray" else 0

@@ -85,3 +85,34 @@ def test_ask_shows_the_policy_the_prompt_of_training_with_its_price_sheet(tmp_pa
     system = requests[0]["messages"][0]
     assert system["role"] == "system"
     assert system["content"].endswith("\n\nPrices of your tools (USD):\n- code_interpreter: $0.001 per call")
+
+
+def test_ask_with_a_domain_gives_the_code_interpreter_its_records(tmp_path, capsys, monkeypatch):
+    """`--domain FOLDER`: the code tool holds that database (rows/find defined), as a QA episode of
+    the domain sees it, so a count over the records is one call; a folder without db.json is exit 2."""
+    from toolorchestra.synthesis.domains import load_embedded
+
+    monkeypatch.setenv("ORCHESTRA_WORKSPACE", str(tmp_path))
+    library = load_embedded("library", seed=0, size=12)
+    folder = tmp_path / "library"
+    folder.mkdir()
+    (folder / "db.json").write_text(json.dumps(library.db))
+    program = "print(sum(r['status'] == 'lost' for r in rows('loans')))"
+    call = '<tool_call>{"name": "code_interpreter", "arguments": {"code": "%s"}}</tool_call>' % program
+    requests: list[dict] = []
+
+    def reply(headers: dict, body: bytes) -> str:
+        requests.append(json.loads(body))
+        return call if len(requests) == 1 else "the count"
+
+    with chat_server(reply, model="policy", usage=(3, 2)) as url:
+        catalog = write_catalog(tmp_path, url)
+        assert main(["ask", "How many loans are lost?", "--catalog", str(catalog), "--json", "--no-trace",
+                     "--domain", str(folder)]) == 0
+    out = json.loads(capsys.readouterr().out.strip())
+    lost = sum(1 for loan in library.db["loans"] if loan["status"] == "lost")
+    assert out["turns"][0]["observation"].splitlines()[-1] == str(lost)
+    [described] = [t["function"]["description"] for t in requests[0]["tools"]]
+    assert "The library database is loaded" in described and "Tables: members, books, loans." in described
+    assert main(["ask", "hi", "--catalog", str(catalog), "--domain", str(tmp_path)]) == 2
+    assert "no db.json" in capsys.readouterr().err

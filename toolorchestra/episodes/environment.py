@@ -142,6 +142,20 @@ def score_rollout(instance: Instance, trajectory: Trajectory, env: Any = None) -
 
 
 
+def scope_to_domain(tool: Any, domain: str, records: tuple[dict[str, bytes], str] | None) -> Any:
+    """Local search restricted to `domain` (its records only); the code interpreter with the
+    domain's `records` (`synthesis.records_api.sandbox_files`: the tool counts and aggregates
+    need) when given; other tools as they are. Episodes and `orchestra ask --domain` use it."""
+    from toolorchestra.tools.code_interpreter import CodeInterpreter
+    from toolorchestra.tools.local_search import LocalSearch
+
+    if isinstance(tool, LocalSearch):
+        return tool.scoped(domain)
+    if isinstance(tool, CodeInterpreter) and records is not None:
+        return tool.with_files(records[0], preload=MODULE, note=records[1])
+    return tool
+
+
 @dataclass
 class EpisodeSetup:
     """One episode's instance, toolbox (with its own database when tool use) and tool schemas."""
@@ -193,22 +207,12 @@ class RolloutEnvironment:
         return self._catalog_tools if self._catalog_tools is not None else Toolbox([])
 
     def scoped(self, tool: Any, instance: Instance) -> Any:
-        """`tool` for this episode: local search restricted to the episode's domain (its records
-        only); for a QA episode of a domain, the code interpreter with that domain's records
-        (`synthesis.records_api`: the tool counts and aggregates need). A tool-use episode's code
-        runs without them: its database changes during the episode, and a copy would go stale."""
-        from toolorchestra.tools.code_interpreter import CodeInterpreter
-        from toolorchestra.tools.local_search import LocalSearch
-
+        """`tool` for this episode (`scope_to_domain`). A tool-use episode's code runs without the
+        records: its database changes during the episode, and a copy would go stale."""
         if not instance.domain:
             return tool
-        if isinstance(tool, LocalSearch):
-            return tool.scoped(instance.domain)
-        if isinstance(tool, CodeInterpreter) and instance.kind == "qa":
-            records = self.records_files(instance.domain)
-            if records is not None:
-                return tool.with_files(records[0], preload=MODULE, note=records[1])
-        return tool
+        records = self.records_files(instance.domain) if instance.kind == "qa" else None
+        return scope_to_domain(tool, instance.domain, records)
 
     def records_files(self, domain: str) -> tuple[dict[str, bytes], str] | None:
         """The domain's sandbox files and description note, built once; None (with one warning)

@@ -43,6 +43,7 @@ def synthesize_domain(
     evolve_fraction: float = 0.25,
     qa: int = 0,
     arithmetic_fraction: float = 0.0,
+    numeric_fraction: float = 0.4,
     config: ProceduralConfig | None = None,
     specs: list[ToolSpec] | None = None,
 ) -> SynthesizedDomain:
@@ -61,7 +62,8 @@ def synthesize_domain(
             evolved.append(harder)
     if len(base_tasks) + len(evolved) < tasks and report.note is None:
         report.note = f"only {len(evolved)} of {n_evolve} tasks could be evolved"
-    items = synthesize_qa(domain, qa, seed=seed, arithmetic_fraction=arithmetic_fraction) if qa else []
+    items = synthesize_qa(domain, qa, seed=seed, arithmetic_fraction=arithmetic_fraction,
+                          numeric_fraction=numeric_fraction) if qa else []
     return SynthesizedDomain(domain=domain, specs=specs, tasks=base_tasks + evolved, qa=items, report=report,
                              evolved=len(evolved))
 
