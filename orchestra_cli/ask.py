@@ -92,8 +92,8 @@ def ask(
     toolbox = build_toolbox(cat, settings, only=only, **observation_limit)
     if domain is not None:  # as a QA episode of that domain sees its tools
         from toolorchestra.envs.domain import load_domain
+        from toolorchestra.envs.records import sandbox_files
         from toolorchestra.episodes.environment import scope_to_domain
-        from toolorchestra.synthesis.records_api import sandbox_files
         from toolorchestra.tools.toolbox import Toolbox
 
         if not (domain / "db.json").is_file():

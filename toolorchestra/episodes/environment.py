@@ -43,10 +43,10 @@ from toolorchestra.agent.loop import Orchestrator
 from toolorchestra.agent.trajectory import Trajectory, Turn
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
+from toolorchestra.envs.records import MODULE
 from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.llm.base import LLM, Message
 from toolorchestra.llm.hermes import format_tool_call, strip_tool_calls
-from toolorchestra.synthesis.records_api import MODULE
 from toolorchestra.tools.catalog import Catalog, Price
 from toolorchestra.tools.experts import EpisodeContext
 from toolorchestra.tools.toolbox import Toolbox
@@ -144,7 +144,7 @@ def score_rollout(instance: Instance, trajectory: Trajectory, env: Any = None) -
 
 def scope_to_domain(tool: Any, domain: str, records: tuple[dict[str, bytes], str] | None) -> Any:
     """Local search restricted to `domain` (its records only); the code interpreter with the
-    domain's `records` (`synthesis.records_api.sandbox_files`: the tool counts and aggregates
+    domain's `records` (`envs.records.sandbox_files`: the tool counts and aggregates
     need) when given; other tools as they are. Episodes and `orchestra ask --domain` use it."""
     from toolorchestra.tools.code_interpreter import CodeInterpreter
     from toolorchestra.tools.local_search import LocalSearch
@@ -218,7 +218,7 @@ class RolloutEnvironment:
         """The domain's sandbox files and description note, built once; None (with one warning)
         when its database cannot be found (QA items naming a domain that has no folder)."""
         if domain not in self._records:
-            from toolorchestra.synthesis.records_api import sandbox_files
+            from toolorchestra.envs.records import sandbox_files
 
             try:
                 self._records[domain] = sandbox_files(self.domains.domain(domain))

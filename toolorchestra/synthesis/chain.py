@@ -15,7 +15,8 @@ from typing import Any
 
 from toolorchestra.envs.domain import Domain
 from toolorchestra.envs.engine import Engine
-from toolorchestra.envs.schema import FieldInfo, TableSchema, path_str, singular
+from toolorchestra.envs.records import human
+from toolorchestra.envs.schema import FieldInfo, TableSchema, path_str
 from toolorchestra.envs.state import DbState, values_at
 from toolorchestra.envs.toolspec import (
     CreateSpec,
@@ -29,22 +30,6 @@ from toolorchestra.envs.toolspec import (
 )
 
 WRITE_KINDS = ("update", "set_status", "create", "delete")
-
-
-def human(path: str | tuple[str, ...] | list[str]) -> str:
-    """`accounts.*.balance.current` -> `account balance current`."""
-    segs = path.replace("[]", ".[]").split(".") if isinstance(path, str) else list(path)
-    words: list[str] = []
-    for seg in segs:
-        if seg in ("[]", "*") or param_of(seg):
-            if words:
-                words[-1] = singular(words[-1])
-            continue
-        word = seg.replace("_", " ")
-        if words and words[-1].split()[-1] in word.split():
-            words.pop()  # name.last_name -> "last name", not "name last name"
-        words.append(word)
-    return " ".join(w for w in words if w)
 
 
 def show(value: Any) -> str:

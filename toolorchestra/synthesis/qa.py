@@ -26,11 +26,11 @@ import random
 from typing import Any
 
 from toolorchestra.envs.domain import Domain
+from toolorchestra.envs.records import flat_database, human, run_program
 from toolorchestra.envs.schema import FieldInfo, TableSchema, table_records
 from toolorchestra.envs.state import values_at
-from toolorchestra.synthesis.chain import human, show
+from toolorchestra.synthesis.chain import show
 from toolorchestra.synthesis.procedural import stable_seed
-from toolorchestra.synthesis.records_api import flat_database, run_program
 
 ANSWER_TYPES = ("exactMatch", "numeric")
 CATEGORIES = ("lookup", "count", "aggregate", "arithmetic")
@@ -74,7 +74,7 @@ class _QA:
 
     def ident_ref(self, ts: TableSchema, rid: Any) -> tuple[str, str]:
         """How a question singles out the record: its words, and the program's expression for the
-        record (`find(...)` by the same field and value, or by `'id'`; `records_api`)."""
+        record (`find(...)` by the same field and value, or by `'id'`; `envs.records`)."""
         record = self.records[ts.name][rid]
         keys = self.keys(ts)
         self.rng.shuffle(keys)

@@ -122,7 +122,7 @@ class CodeInterpreter(Tool):
         """A view of this tool whose calls find `files` (plain names) in their working folder, with
         the public names (`__all__`) of the module `preload` (one of the files, without `.py`)
         already defined for the code, and `note` added to the description. The episode
-        environment gives a domain's episodes its records this way (`synthesis.records_api`)."""
+        environment gives a domain's episodes its records this way (`envs.records`)."""
         bad = [n for n in files if not n or os.path.basename(n) != n or n.startswith(".")]
         if bad:
             raise ToolError(f"code_interpreter: file names must be plain names, got {bad}")

@@ -60,10 +60,10 @@ def test_arithmetic_items_answer_what_their_program_prints():
 
 def test_counts_and_aggregates_carry_a_program_over_the_records_that_prints_their_answer():
     """The golden code_interpreter call of a count or aggregate, run against the records the QA
-    episode's sandbox holds (`records_api.run_program`, the same module), prints the item's answer;
+    episode's sandbox holds (`envs.records.run_program`, the same module), prints the item's answer;
     a program that does not is dropped at synthesis rather than taught."""
+    from toolorchestra.envs.records import flat_database, run_program
     from toolorchestra.synthesis.qa import _prints_answer
-    from toolorchestra.synthesis.records_api import flat_database, run_program
 
     for domain in (Domain("events", events_db()), load_domain(third_party("toolscale", "medicine"))):
         database = flat_database(domain)

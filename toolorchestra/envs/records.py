@@ -27,9 +27,9 @@ import json
 from typing import Any
 
 from toolorchestra.envs.domain import Domain
-from toolorchestra.envs.schema import TableSchema
+from toolorchestra.envs.schema import TableSchema, singular
 from toolorchestra.envs.state import values_at
-from toolorchestra.synthesis.chain import human
+from toolorchestra.envs.toolspec import param_of
 
 MODULE = "data"
 RECORDS_FILE = "records.json"
@@ -71,6 +71,22 @@ def find(table, field, value):
         raise LookupError(f"{len(hits)} records of {table!r} have {field!r} == {value!r}, not one; fields: {fields}")
     return hits[0]
 '''
+
+
+def human(path: str | tuple[str, ...] | list[str]) -> str:
+    """`accounts.*.balance.current` -> `account balance current`."""
+    segs = path.replace("[]", ".[]").split(".") if isinstance(path, str) else list(path)
+    words: list[str] = []
+    for seg in segs:
+        if seg in ("[]", "*") or param_of(seg):
+            if words:
+                words[-1] = singular(words[-1])
+            continue
+        word = seg.replace("_", " ")
+        if words and words[-1].split()[-1] in word.split():
+            words.pop()  # name.last_name -> "last name", not "name last name"
+        words.append(word)
+    return " ".join(w for w in words if w)
 
 
 def list_key(segments: tuple[str, ...]) -> str | None:

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from toolorchestra.envs.records import MODULE, flat_database, run_program, sandbox_files
 from toolorchestra.synthesis.domains import load_embedded
-from toolorchestra.synthesis.records_api import MODULE, flat_database, run_program, sandbox_files
 
 
 @pytest.fixture(scope="module")
