@@ -52,9 +52,9 @@ class StepMetrics(TrainerCallback):
         row["step"] = float(state.global_step)
         self.history.append(row)
         try:
-            import mlflow
-        except ImportError:  # pragma: no cover - mlflow is a dependency
+            from mlflow import active_run, log_metrics
+        except ImportError:  # mlflow absent (a bare GPU box, where the repo's mlflow/ folder is a namespace package)
             return
-        if mlflow.active_run() is not None:
-            mlflow.log_metrics({metric_key(self.prefix, k): v for k, v in row.items() if k != "step"},
-                               step=self.step_offset + state.global_step)
+        if active_run() is not None:
+            log_metrics({metric_key(self.prefix, k): v for k, v in row.items() if k != "step"},
+                        step=self.step_offset + state.global_step)

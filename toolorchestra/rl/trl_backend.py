@@ -83,6 +83,7 @@ class OrchestraRollouts:
         self.max_completion_length, self.temperature = max_completion_length, temperature
         self.policy_factory: Callable[..., RolloutPolicy] = RolloutPolicy
         self.last: list[Rollout] = []
+        self.last_sampled_tokens = 0  # the tokens the policy sampled in the last call, filtered groups included
 
     def __call__(self, prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
         try:
@@ -106,6 +107,7 @@ class OrchestraRollouts:
             completion_ids.append(ids)
             env_mask.append(mask)
         policy.clear()
+        self.last_sampled_tokens = sum(sum(mask) for mask in env_mask)
         if self.scorer is not None:  # a filtered group leaves the loss and its normaliser
             score = self.scorer.score(rollouts)
             env_mask = [[0] * len(mask) if adv is None else mask for mask, adv in zip(env_mask, score.advantages, strict=True)]
