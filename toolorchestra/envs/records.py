@@ -3,20 +3,30 @@
 Counting "how many loans have status equal to 'lost'" or averaging a field over a member's loans
 needs every record, not the five passages local search returns: the category that only code
 solves over records. An episode of a domain gets a code interpreter whose working folder holds
-that domain's database (`sandbox_files`, given by `episodes.environment`), with three names
+that domain's database (`sandbox_files`, given by `episodes.environment`), with these names
 already defined for the code (the module `data.py`, preloaded):
 
 - `rows(table)`: every record of a table, each a flat dict keyed by its fields' names as the
   questions word them (`human` paths: `fees.late_fee` -> `'fees late fee'`), plus `'id'`; a list
   field keeps its list (`'loans'`);
 - `find(table, field, value)`: the one record whose `field` is `value` (an error names the count);
+- `count(table, field, value)`: how many records of `table` have `field` equal to `value`;
+- `total`, `average`, `maximum`, `minimum` `(field, table, ref_field, owner)`: that statistic of
+  `field` over the records of `table` whose `ref_field` refers to `owner` (a record from `find`,
+  or an id), rounded to 2 decimals;
 - `mean`: `statistics.mean`.
 
-Tables are named as in the database or by their entity (`'loans'`, `'loan'`). So the program for a
-count is one line a small policy can write from the question's own words,
-`print(sum(r['status'] == 'lost' for r in rows('loans')))`, and `synthesis.qa` writes that program
-for every count and aggregate it makes (the SFT warm start's golden call), checked against the
-item's answer by `run_program` before it is kept.
+Tables are named as in the database or by their entity (`'loans'`, `'loan'`). The helpers take
+their arguments in the order the questions word them, so a program is the question's own words:
+"how many loans have status equal to 'lost'" is `print(count('loans', 'status', 'lost'))`, "the
+average fees late fee over all loans whose member id refers to the member whose phone is '267'"
+is `print(average('fees late fee', 'loans', 'member id', find('members', 'phone', '267')))`. The
+first demo with generic comprehensions (`print(sum(r['status'] == 'lost' for r in rows('loans')))`
+and a `round(mean(... if r[...] == find(...)['id']), 2)` for aggregates) saw the 135M policy start
+a count right and drift into the aggregate's `if ... == find(` clause until the token limit, since
+the two shared their opening: a helper per question shape decides the shape at its first token.
+`synthesis.qa` writes these programs for every count and aggregate it makes (the SFT warm start's
+golden call), checked against the item's answer by `run_program` before it is kept.
 """
 
 from __future__ import annotations
@@ -34,12 +44,12 @@ from toolorchestra.envs.toolspec import param_of
 MODULE = "data"
 RECORDS_FILE = "records.json"
 
-DATA_MODULE = '''"""This episode's database: rows(table), find(table, field, value) and mean."""
+DATA_MODULE = '''"""This episode's database: rows, find, count, total, average, maximum, minimum and mean."""
 import json
 import os
 from statistics import mean
 
-__all__ = ["rows", "find", "mean"]
+__all__ = ["rows", "find", "count", "total", "average", "maximum", "minimum", "mean"]
 _DB = None
 
 
@@ -70,6 +80,39 @@ def find(table, field, value):
         fields = sorted({k for r in rows(table) for k in r})
         raise LookupError(f"{len(hits)} records of {table!r} have {field!r} == {value!r}, not one; fields: {fields}")
     return hits[0]
+
+
+def count(table, field, value):
+    """How many records of `table` have `field` equal to `value`."""
+    return sum(r.get(field) == value for r in rows(table))
+
+
+def _over(field, table, ref_field, owner):
+    owner_id = owner["id"] if isinstance(owner, dict) else owner
+    values = [r[field] for r in rows(table) if r.get(ref_field) == owner_id and isinstance(r.get(field), (int, float))]
+    if not values:
+        raise LookupError(f"no record of {table!r} with a number in {field!r} has {ref_field!r} == {owner_id!r}")
+    return values
+
+
+def total(field, table, ref_field, owner):
+    """The sum of `field` over the records of `table` whose `ref_field` refers to `owner`, to 2 decimals."""
+    return round(sum(_over(field, table, ref_field, owner)), 2)
+
+
+def average(field, table, ref_field, owner):
+    """The mean of `field` over the records of `table` whose `ref_field` refers to `owner`, to 2 decimals."""
+    return round(mean(_over(field, table, ref_field, owner)), 2)
+
+
+def maximum(field, table, ref_field, owner):
+    """The largest `field` over the records of `table` whose `ref_field` refers to `owner`, to 2 decimals."""
+    return round(max(_over(field, table, ref_field, owner)), 2)
+
+
+def minimum(field, table, ref_field, owner):
+    """The smallest `field` over the records of `table` whose `ref_field` refers to `owner`, to 2 decimals."""
+    return round(min(_over(field, table, ref_field, owner)), 2)
 '''
 
 
@@ -132,7 +175,8 @@ def sandbox_files(domain: Domain) -> tuple[dict[str, bytes], str]:
     files = {f"{MODULE}.py": DATA_MODULE.encode(), RECORDS_FILE: json.dumps(db, default=str).encode()}
     note = (f"The {domain.name} database is loaded: rows(table) lists a table's records as dicts keyed "
             "by field names as questions word them, and 'id'; find(table, field, value) returns the one "
-            f"matching record; mean. Tables: {', '.join(db['tables'])}.")
+            "matching record; count(table, field, value); total, average, maximum, minimum(field, table, "
+            f"ref_field, owner_record). Tables: {', '.join(db['tables'])}.")
     return files, note
 
 

@@ -114,7 +114,7 @@ class _QA:
             n = sum(1 for rec in self.records[ts.name].values() if value in values_at(rec, info.segments))
             question = (f"In the {self.domain.name} database, how many {ts.name.replace('_', ' ')} have "
                         f"{human(info.segments)} equal to '{value}'?")
-            program = f"print(sum(r[{human(info.segments)!r}] == {value!r} for r in rows({ts.name!r})))"
+            program = f"print(count({ts.name!r}, {human(info.segments)!r}, {value!r}))"
         else:
             rid = self.rng.choice(list(self.records[ts.name]))
             n = sum(1 for _ in values_at(self.records[ts.name][rid], info.segments))
@@ -127,7 +127,9 @@ class _QA:
 
     def aggregate(self, ts: TableSchema) -> dict[str, Any] | None:
         refs = [f for f in ts.fields.values() if not f.repeated and any(r.map_path is None for r in f.references)]
-        nums = [f for f in ts.fields.values() if not f.repeated and f.types and set(f.types) <= {"integer", "number"}]
+        # numbers a user would aggregate: not ids or references ("the total customer id" means nothing)
+        nums = [f for f in ts.fields.values() if not f.repeated and f.types and set(f.types) <= {"integer", "number"}
+                and not f.references and human(f.segments).split()[-1] != "id"]
         if not refs or not nums:
             return None
         ref_field = self.rng.choice(refs)
@@ -151,10 +153,8 @@ class _QA:
                     f"{ts.name.replace('_', ' ')} whose {human(ref_field.segments)} refers to {who}? "
                     "Round to 2 decimals.")
         by_id = f"find({target!r}, 'id', {owner!r})"
-        owner_id = repr(owner) if record == by_id else f"{record}['id']"
-        function = {"total": "sum", "average": "mean", "maximum": "max"}[op]
-        program = (f"print(round({function}(r[{human(num.segments)!r}] for r in rows({ts.name!r}) "
-                   f"if r[{human(ref_field.segments)!r}] == {owner_id}), 2))")
+        owner_ref = repr(owner) if record == by_id else record
+        program = f"print({op}({human(num.segments)!r}, {ts.name!r}, {human(ref_field.segments)!r}, {owner_ref}))"
         return {"question": question, "answer": number(answer), "answer_type": "numeric", "category": "aggregate",
                 "program": program}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 
 import pytest
@@ -35,6 +36,24 @@ def test_rows_and_find_errors_name_what_exists(library):
         run_program("rows('patients')", database)
     with pytest.raises(LookupError, match=r"0 records of 'members' have 'email' == 'nobody'.*fields: \["):
         run_program("find('members', 'email', 'nobody')", database)
+
+
+def test_the_question_shaped_helpers_count_and_aggregate_over_the_records(library):
+    database = flat_database(library)
+    loans = database["tables"]["loans"]
+    lost = sum(loan["status"] == "lost" for loan in loans)
+    assert run_program("print(count('loans', 'status', 'lost'))", database) == str(lost)
+    member = next(m for m in database["tables"]["members"] if len(m["loans"]) >= 2)
+    fees = [loan["fees late fee"] for loan in loans if loan["member id"] == member["id"]]
+    assert len(fees) >= 2
+    for helper, expected in (("total", sum(fees)), ("average", statistics.mean(fees)), ("maximum", max(fees)),
+                             ("minimum", min(fees))):
+        owner = f"find('members', 'email', {member['email']!r})"
+        by_record = run_program(f"print({helper}('fees late fee', 'loans', 'member id', {owner}))", database)
+        by_id = run_program(f"print({helper}('fees late fee', 'loans', 'member id', {member['id']!r}))", database)
+        assert float(by_record) == float(by_id) == round(expected, 2), helper
+    with pytest.raises(LookupError, match="no record of 'loans' with a number in 'fees late fee'"):
+        run_program("print(total('fees late fee', 'loans', 'member id', 'nobody'))", database)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
