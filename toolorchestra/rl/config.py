@@ -52,6 +52,8 @@ class SFTSettings(BaseModel):
         description="sequences per forward pass, batch_size of them per optimiser step (gradient accumulation); "
                     "None: 1 on the CPU (no padding, unmasked attention), batch_size on a GPU")
     group_by_length: bool = Field(True, description="micro-batches of similar lengths (less padding); false: random")
+    stratify: bool = Field(False, description="take examples round-robin over the task categories (tool use, and each QA "
+                                              "category) rather than in the pool's mix")
 
     @model_validator(mode="after")
     def _micro_divides_batch(self) -> SFTSettings:

@@ -95,3 +95,23 @@ def test_one_sequence_per_pass_with_accumulation_takes_the_batchs_gradient(tiny_
     assert accumulated == pytest.approx(padded, rel=1e-3)
     with pytest.raises(ValueError, match="must divide"):
         SFTSettings(batch_size=4, micro_batch_size=3)
+
+
+def test_a_stratified_warm_start_deals_every_category_before_any_repeats():
+    """Before, the first max_examples followed the pool's mix (the 2026-12-04 demo: ~14 counts and ~6
+    aggregates among 96, and every held-out count went to local_search)."""
+    import random
+    from types import SimpleNamespace
+
+    from toolorchestra.rl.sft import interleave_strata, stratum
+
+    pool = [SimpleNamespace(kind="qa", task={"category": c}, id=f"{c}{i}")
+            for c, n in (("arithmetic", 6), ("lookup", 4), ("count", 2)) for i in range(n)]
+    pool.append(SimpleNamespace(kind="tool_use", task={}, id="ticket"))
+    random.Random(0).shuffle(pool)
+    dealt = interleave_strata(pool)
+    assert sorted(stratum(x) for x in dealt[:4]) == ["arithmetic", "count", "lookup", "tool_use"]
+    assert sorted(stratum(x) for x in dealt[4:7]) == ["arithmetic", "count", "lookup"]
+    assert sorted(x.id for x in dealt) == sorted(x.id for x in pool)  # nothing lost or repeated
+    by_pool = [x.id for x in pool if stratum(x) == "arithmetic"]
+    assert [x.id for x in dealt if stratum(x) == "arithmetic"] == by_pool  # each stratum keeps the seeded order
