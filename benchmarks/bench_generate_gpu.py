@@ -28,13 +28,11 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()
 
-    import torch
+    from bench_train_gpu import cuda_or_skip  # this script's folder is on sys.path
 
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device (this benchmark needs one GPU)")
-        if args.json:
-            print(json.dumps({"benchmark": "generate_gpu", "skipped": "no CUDA device"}))
+    if not cuda_or_skip("generate_gpu", as_json=args.json):
         return 0
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList
 
     from toolorchestra.core.settings import Settings
@@ -66,10 +64,11 @@ def main() -> int:
                 torch.cuda.synchronize()
                 seconds = time.perf_counter() - started
             new = (out.shape[1] - ids.shape[1]) * batch
-            rows.append({"batch": batch, "prompt_tokens": int(ids.shape[1]), "mode": label, "seconds": seconds,
-                         "new_tok_s": new / seconds, "ms_per_step": seconds / args.new_tokens * 1000})
-            print(f"batch {batch:>3} prompt {ids.shape[1]} {label:>15}: {seconds:.2f} s, {new / seconds:,.0f} new tok/s, "
-                  f"{seconds / args.new_tokens * 1000:.1f} ms per step")
+            row = {"batch": batch, "prompt_tokens": int(ids.shape[1]), "mode": label, "seconds": seconds,
+                   "new_tok_s": new / seconds, "ms_per_step": seconds / args.new_tokens * 1000}
+            rows.append(row)
+            print(f"batch {batch:>3} prompt {row['prompt_tokens']} {label:>15}: {seconds:.2f} s, "
+                  f"{row['new_tok_s']:,.0f} new tok/s, {row['ms_per_step']:.1f} ms per step")
     torch.cuda.synchronize()
     started = time.perf_counter()
     for _ in range(1000):

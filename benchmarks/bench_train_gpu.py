@@ -55,13 +55,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()
 
-    import torch
-
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device (this benchmark needs one GPU)")
-        if args.json:
-            print(json.dumps({"benchmark": "train_gpu", "skipped": "no CUDA device"}))
+    if not cuda_or_skip("train_gpu", as_json=args.json):
         return 0
+    import torch
 
     # the tasks and environment of bench_learning (this script's folder is on sys.path)
     from bench_learning import tool_use_setup
@@ -158,6 +154,18 @@ def main() -> int:
                           "warm_start_steps": args.warm_start, "warm_start_s": warm_s,
                           "torch": torch.__version__, "steps": rows}))
     return 0
+
+
+def cuda_or_skip(benchmark: str, *, as_json: bool) -> bool:
+    """True with a CUDA device; else says the benchmark is skipped (as JSON too with `--json`)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    print("skipped: no CUDA device (this benchmark needs one GPU)")
+    if as_json:
+        print(json.dumps({"benchmark": benchmark, "skipped": "no CUDA device"}))
+    return False
 
 
 def write_profile(profiler, path: Path) -> None:
