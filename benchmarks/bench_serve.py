@@ -50,7 +50,7 @@ def policy_llm(kind: str):
 
 
 def served_model(llm, settings):
-    from toolorchestra.registry.policy import RegisteredModel, policy_prompt
+    from toolorchestra.registry.policy import RegisteredModel, system_prompt
     from toolorchestra.serving.models import ServedModel
     from toolorchestra.tools.catalog import Price, parse_catalog
     from toolorchestra.tools.toolbox import build_toolbox
@@ -60,9 +60,8 @@ def served_model(llm, settings):
                                         "price": {"per_call": 0.0001}}]}, source="<bench catalog>")
     registered = RegisteredModel(llm=llm, catalog=catalog, manifest={}, name="orchestrator", version="1",
                                  run_id=None, price=Price(input_per_mtok=0.5, output_per_mtok=1.5))
-    system, prices = policy_prompt(catalog, {})
     return ServedModel(registered=registered, toolbox=build_toolbox(catalog, settings),
-                       system_prompt=system, prices=prices, max_turns=2, max_tokens=16)
+                       system_prompt=system_prompt(catalog, {}), max_turns=2, max_tokens=16)
 
 
 async def fire(url: str, requests: int, max_tokens: int) -> tuple[list[float], float]:

@@ -67,7 +67,7 @@ def ask(
     from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import json_text
     from toolorchestra.core.settings import load_settings
-    from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars, policy_prompt
+    from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars, system_prompt
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
 
@@ -102,10 +102,10 @@ def ask(
         toolbox = Toolbox([scope_to_domain(t, domain.name, records) for t in toolbox.tools.values()],
                           prices=toolbox.prices, model_prices=toolbox.model_prices,
                           max_observation_chars=toolbox.max_observation_chars)
-    # The prompt of training (and of the server): the system prompt and the offered tools' prices.
-    system, prices = policy_prompt(cat, manifest, only)
+    # The prompt of training (and of the server): the system prompt with the offered tools' prices.
     orchestrator = Orchestrator(llm, toolbox, policy_price=price, max_turns=max_turns, max_tokens=max_tokens,
-                                temperature=temperature, budget_usd=budget, system_prompt=system, prices=prices)
+                                temperature=temperature, budget_usd=budget,
+                                system_prompt=system_prompt(cat, manifest, only))
     trajectory = orchestrator.run(question, preference)
     trace_id = _trace(trajectory, settings, policy) if trace else None
     if as_json:

@@ -82,10 +82,9 @@ def test_ask_shows_the_policy_the_prompt_of_training_with_its_price_sheet(tmp_pa
         catalog = write_catalog(tmp_path, url)
         assert main(["ask", "What is 6 * 7?", "--catalog", str(catalog), "--no-trace", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip())["answer"] == "42"
-    system, user = requests[0]["messages"][:2]
-    assert system["role"] == "system" and "Prices" not in system["content"]
-    # the sheet opens the user turn, as in every training instance since prompt_layout prices_in_task
-    assert user["content"] == "Prices of your tools (USD):\n- code_interpreter: $0.001/call\n\nWhat is 6 * 7?"
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].endswith("\n\nPrices of your tools (USD):\n- code_interpreter: $0.001 per call")
 
 
 def test_ask_with_a_domain_gives_the_code_interpreter_its_records(tmp_path, capsys, monkeypatch):

@@ -41,19 +41,11 @@ SYSTEM_PROMPT = (
     "suffice and follow the user's preferences about tools and spending. When you know the final "
     "answer, reply with the answer alone, without a tool call."
 )
-PRICES_IN_TASK = "prices_in_task"
-"""A checkpoint manifest's `prompt_layout` since 2026-12-04: the price sheet opens the user turn
-(`user_message`). Checkpoints without the key were trained with it at the end of the system prompt,
-and are served that way (`registry.policy.policy_prompt`)."""
 FORMAT_HINT = 'Write a call as <tool_call>\n{"name": "<tool>", "arguments": {...}}\n</tool_call>.'
 
 
-def user_message(task: str, preference: str | None, prices: str | None = None) -> str:
-    """The user turn: the episode's price sheet (if any), the task, the preference (if any). The
-    prices vary per episode, so they follow the system prompt and tool list, which a domain's
-    episodes share: an engine's prefix cache then covers all of those (docs/design.md)."""
-    text = f"{task}\n\nUser preference: {preference}" if preference else task
-    return f"{prices}\n\n{text}" if prices else text
+def user_message(task: str, preference: str | None) -> str:
+    return f"{task}\n\nUser preference: {preference}" if preference else task
 
 
 @dataclass
@@ -114,7 +106,6 @@ class Orchestrator:
         temperature: float = 0.0,
         seed: int | None = None,
         system_prompt: str = SYSTEM_PROMPT,
-        prices: str | None = None,
         max_workers: int = 8,
         budget_usd: float | None = None,
     ) -> None:
@@ -124,7 +115,7 @@ class Orchestrator:
         self.policy_price = policy_price or Price()
         self.max_turns, self.max_tokens = max_turns, max_tokens
         self.temperature, self.seed = temperature, seed
-        self.system_prompt, self.prices = system_prompt, prices
+        self.system_prompt = system_prompt
         self.max_workers = max_workers
         self.budget_usd = budget_usd
 
@@ -145,7 +136,7 @@ class Orchestrator:
         else:
             trajectory.messages.extend([
                 {"role": "system", "content": self.system_prompt},
-                {"role": "user", "content": user_message(task, preference, self.prices)},
+                {"role": "user", "content": user_message(task, preference)},
             ])
         toolbox = toolbox or self.toolbox
         return Episode(trajectory=trajectory, context=EpisodeContext(task=task), toolbox=toolbox,

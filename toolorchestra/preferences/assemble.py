@@ -11,7 +11,7 @@ read the tools and prices it is given instead of memorising one catalog:
   other catalog tools (at least `min_catalog_tools` catalog tools in all);
 - **prices**: every tool's and every model's prices are scaled by a factor drawn log-uniformly from
   `[1/price_jitter, price_jitter]`, independently per instance; the orchestrator sees the prices in
-  its prompt and the reward's cost is computed from the same schedule;
+  its system prompt and the reward's cost is computed from the same schedule;
 - **preference**: with probability `p_no_preference` none, else one drawn from the split's pairs.
   An instance without one still gets efficiency terms in its reward: `default_preference`
   (accuracy, cost and latency weights), each non-accuracy weight scaled by a factor drawn
@@ -25,8 +25,8 @@ read the tools and prices it is given instead of memorising one catalog:
 Train instances use train tasks and train preferences; eval instances use held-out tasks (a seeded
 `eval_task_fraction` of each domain / QA category, whole evolution families at a time, see
 `split_units`) and eval
-preferences, so neither tasks, their evolutions, nor preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy),
-then a user turn of the price list, the task and the preference, as `orchestra ask --preference` renders it.
+preferences, so neither tasks, their evolutions, nor preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
+the price list) and the task with the preference appended, as `orchestra ask --preference` does.
 """
 
 from __future__ import annotations
@@ -195,18 +195,13 @@ def choose_tools(catalog: Catalog, required: list[str], rng: random.Random, min_
 
 
 def _format_price(p: Price) -> str:
-    """Two significant digits and short units: the 135M policy reads every digit as a token, and
-    four-digit prices made the sheet ~160 tokens of a QA prompt's ~670 (now ~90)."""
     parts = []
     if p.input_per_mtok or p.output_per_mtok:
-        if p.input_per_mtok == p.output_per_mtok:
-            parts.append(f"${p.input_per_mtok:.2g}/M tokens")
-        else:
-            parts.append(f"${p.input_per_mtok:.2g} in, ${p.output_per_mtok:.2g} out /M tokens")
+        parts.append(f"${p.input_per_mtok:.4g} in / ${p.output_per_mtok:.4g} out per 1M tokens")
     if p.per_call:
-        parts.append(f"${p.per_call:.2g}/call")
+        parts.append(f"${p.per_call:.4g} per call")
     if p.per_second:
-        parts.append(f"${p.per_second:.2g}/s")
+        parts.append(f"${p.per_second:.4g} per second")
     return " + ".join(parts) or "free"
 
 
@@ -220,19 +215,20 @@ def price_sheet(catalog: Catalog, tools: list[str], tool_prices: dict[str, Price
         # billed at the episode's price of that tool (the catalog's when it is not offered)
         inner = [f"its {t} run ({_format_price(tool_prices.get(t) or catalog.tool(t).price)})"
                  for t in catalog.inner_tools(entry)]
-        parts = ([] if inner and own == "free" else [own]) + inner
+        line = f"- {name}: " + " + ".join(([] if inner and own == "free" else [own]) + inner)
         if isinstance(entry.backend, ExpertBackend):
             models = ", ".join(f"{a} {_format_price(model_prices[a])}" for a in entry.backend.models)
-            parts = [p for p in parts if p != "free"] + [models]
-        lines.append(f"- {name}: " + " + ".join(parts))
+            line += f"; models: {models}"
+        lines.append(line)
     return "Prices of your tools (USD):\n" + "\n".join(lines)
 
 
-def _system_prompt(config: AssemblyConfig, policy: str | None) -> str:
-    """What every episode of a domain shares (the price sheet, which varies, goes in the user turn)."""
+def _system_prompt(config: AssemblyConfig, policy: str | None, sheet: str | None) -> str:
     parts = [SYSTEM_PROMPT]
     if config.include_policy and policy:
         parts.append(f"Domain policy:\n{policy[: config.max_policy_chars]}")
+    if sheet:
+        parts.append(sheet)
     return "\n\n".join(parts)
 
 
@@ -277,8 +273,8 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
     model_prices = {alias: perturbed(m.price, rng, config.price_jitter) for alias, m in sorted(catalog.models.items())}
     sheet = price_sheet(catalog, tools, tool_prices, model_prices) if config.show_prices and tools else None
     prompt = [
-        {"role": "system", "content": _system_prompt(config, policy)},
-        {"role": "user", "content": user_message(question, preference.instruction if preference else None, sheet)},
+        {"role": "system", "content": _system_prompt(config, policy, sheet)},
+        {"role": "user", "content": user_message(question, preference.instruction if preference else None)},
     ]
     default = None
     if preference is None:  # its own generator, so the other draws stay what they were

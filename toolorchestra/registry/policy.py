@@ -67,25 +67,22 @@ def observation_chars(manifest: dict[str, Any]) -> int:
     return int(value) if isinstance(value, int) and value > 0 else MAX_OBSERVATION_CHARS
 
 
-def policy_prompt(catalog: Catalog, manifest: dict[str, Any], tools: list[str] | None = None) -> tuple[str, str | None]:
-    """(system prompt, price sheet for the user turn) as a policy was trained with them: the loop's
-    system prompt (the manifest's) and the price sheet of the offered tools (`tools`, default every
-    catalog tool) at catalog prices, laid out as `preferences.assemble` renders every training
-    instance. `orchestra ask`, the server and the pyfunc all use it: without the price sheet, `ask`
-    showed the champion a prompt it had never seen, and it sent "What is 17 * 23?" to local_search."""
-    from toolorchestra.agent.loop import PRICES_IN_TASK, SYSTEM_PROMPT
+def system_prompt(catalog: Catalog, manifest: dict[str, Any], tools: list[str] | None = None) -> str:
+    """The system prompt a policy was trained with: the loop's system prompt (the manifest's) and the
+    price sheet of the offered tools (`tools`, default every catalog tool) at catalog prices, as
+    `preferences.assemble` renders it for every training instance. `orchestra ask`, the server and
+    the pyfunc all use it: without the price sheet, `ask` showed the champion a prompt it had
+    never seen, and it sent "What is 17 * 23?" to local_search."""
+    from toolorchestra.agent.loop import SYSTEM_PROMPT
     from toolorchestra.preferences.assemble import price_sheet
 
     base = manifest.get("system_prompt") or SYSTEM_PROMPT
     wanted = None if tools is None else set(tools)
     offered = [t.name for t in catalog.tools if wanted is None or t.name in wanted]
     if not offered:
-        return base, None
+        return base
     sheet = price_sheet(catalog, offered, catalog.tool_prices(), catalog.model_prices())
-    # A policy without a manifest (an endpoint, the prompted base) gets today's layout.
-    if manifest.get("prompt_layout", PRICES_IN_TASK if not manifest else "prices_in_system") == PRICES_IN_TASK:
-        return base, sheet
-    return f"{base}\n\n{sheet}", None
+    return f"{base}\n\n{sheet}"
 
 
 def is_registry_ref(text: str | None) -> bool:

@@ -70,10 +70,10 @@ class OrchestratorModel(mlflow.pyfunc.PythonModel):
 
         self.policy, self.catalog, self.manifest = load_bundle(context.artifacts)
         self.price = policy_price(self.catalog, self.manifest)
-        from toolorchestra.registry.policy import observation_chars, policy_prompt
+        from toolorchestra.registry.policy import observation_chars, system_prompt
 
         self.toolbox = build_toolbox(self.catalog, load_settings(), max_observation_chars=observation_chars(self.manifest))
-        self.system_prompt, self.prices = policy_prompt(self.catalog, self.manifest)
+        self.system_prompt = system_prompt(self.catalog, self.manifest)
         episode = self.manifest.get("episode") or {}
         self.defaults = {"max_turns": int(episode.get("max_turns", 6)),
                          "max_tokens": int(episode.get("max_tokens", 192)), "temperature": 0.0}
@@ -87,7 +87,7 @@ class OrchestratorModel(mlflow.pyfunc.PythonModel):
         orchestrator = Orchestrator(
             self.policy, self.toolbox, policy_price=self.price, max_turns=int(settings["max_turns"]),
             max_tokens=int(settings["max_tokens"]), temperature=float(settings["temperature"]),
-            system_prompt=self.system_prompt, prices=self.prices,
+            system_prompt=self.system_prompt,
             budget_usd=float(settings["budget_usd"]) if settings.get("budget_usd") is not None else None,
         )
         trajectories = orchestrator.run_batch(_questions(model_input))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolorchestra.agent.loop import PRICES_IN_TASK, SYSTEM_PROMPT
+from toolorchestra.agent.loop import SYSTEM_PROMPT
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.fs import atomic_write_text
 from toolorchestra.core.settings import Settings
@@ -212,7 +212,6 @@ def train_trl(
     manifest = {
         "name": "orchestrator", "base_model": config.base_model, "init_from": config.init_from, "backend": "trl",
         "episode": config.episode.model_dump(mode="json"), "system_prompt": SYSTEM_PROMPT,
-        "prompt_layout": PRICES_IN_TASK,
         "policy_alias": config.episode.policy_alias or catalog.policy, "instances": len(instances),
     }
     if warm_start_dir is not None:

@@ -44,8 +44,6 @@ class ServedModel:
     system_prompt: str
     max_turns: int
     max_tokens: int
-    prices: str | None = None
-    """The price sheet that opens the user turn (`registry.policy.policy_prompt`)."""
     batcher: Batcher | None = None
     default_vector: dict[str, float] = field(default_factory=dict)
 
@@ -65,8 +63,7 @@ class ServedModel:
     def orchestrator(self, *, max_tokens: int | None = None, temperature: float = 0.0) -> Orchestrator:
         return Orchestrator(self.registered.llm, self.toolbox, policy_price=self.registered.price,
                             max_turns=self.max_turns, max_tokens=max_tokens or self.max_tokens,
-                            temperature=temperature, system_prompt=self.system_prompt,
-                            prices=self.prices)
+                            temperature=temperature, system_prompt=self.system_prompt)
 
     def run_batch(self, episodes: list[Episode], max_tokens: int, temperature: float) -> None:
         self.orchestrator(max_tokens=max_tokens, temperature=temperature).run_episodes(episodes)
@@ -82,14 +79,13 @@ def calibrated_vector(tags: dict[str, str]) -> dict[str, float]:
 
 
 def served_from(registered: RegisteredModel, settings: Settings) -> ServedModel:
-    from toolorchestra.registry.policy import observation_chars, policy_prompt
+    from toolorchestra.registry.policy import observation_chars, system_prompt
 
     episode = registered.manifest.get("episode") or {}
-    system, prices = policy_prompt(registered.catalog, registered.manifest)
     return ServedModel(
         registered=registered,
         toolbox=build_toolbox(registered.catalog, settings, max_observation_chars=observation_chars(registered.manifest)),
-        system_prompt=system, prices=prices,
+        system_prompt=system_prompt(registered.catalog, registered.manifest),
         max_turns=int(episode.get("max_turns", 6)), max_tokens=int(episode.get("max_tokens", 192)),
         default_vector=calibrated_vector(registered.tags),
     )

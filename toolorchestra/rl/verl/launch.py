@@ -23,7 +23,6 @@ from typing import Any
 
 import yaml
 
-from toolorchestra.agent.loop import PRICES_IN_TASK
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.fs import atomic_write_text
 from toolorchestra.core.settings import Settings
@@ -119,7 +118,6 @@ def train_verl(config: TrainConfig, instances: list[Instance], *, catalog: Catal
     atomic_write_json(out_dir / CATALOG, catalog_dict(catalog, out_dir))
     atomic_write_json(out_dir / MANIFEST, {"format": FORMAT, "name": "orchestrator", "backend": "verl",
                                            "base_model": config.verl.model, "episode": config.episode.model_dump(mode="json"),
-                                           "prompt_layout": PRICES_IN_TASK,
                                            "policy_alias": config.episode.policy_alias or catalog.policy,
                                            "verl_checkpoint": str(actor)})
     return {"instances": float(len(instances)), "verl/steps": float(actor.parent.name.split("_")[-1])}
