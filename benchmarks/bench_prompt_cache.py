@@ -45,11 +45,11 @@ def split_sheet(prompt: list[dict]) -> tuple[str, str | None, str]:
 
 
 def layout(prompt: list[dict], arm: str, sheet: str | None = None) -> list[dict]:
-    """One instance's first turn in `arm`'s layout, with its own sheet or `sheet`."""
+    """One instance's first turn in `arm`'s layout, with its own sheet or, if it has one, `sheet`."""
     system, own, user = split_sheet(prompt)
-    sheet = sheet if sheet is not None and own is not None else own
-    if sheet is None:
+    if own is None:  # no catalog tool offered, so no sheet to place
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    sheet = sheet or own
     if arm == "system":
         return [{"role": "system", "content": f"{system}\n\n{sheet}"}, {"role": "user", "content": user}]
     return [{"role": "system", "content": system}, {"role": "user", "content": f"{sheet}\n\n{user}"}]
@@ -90,15 +90,13 @@ def main() -> None:
     local = LocalLLM(resolve_model_folder(config.base_model, settings), device="cpu")
     gguf_cache = settings.workspace / ".orchestra" / "models" / "gguf"
 
-    def sheet_for(instance, mode: str) -> str | None:
-        if mode == "jittered":
-            return None  # the instance's own
-        return price_sheet(catalog, instance.catalog_tools, catalog.tool_prices(), catalog.model_prices())
-
     out: dict = {"items": len(items)}
     for mode in ["jittered", "catalog"] if args.prices == "both" else [args.prices]:
+        # None keeps each instance's own (jittered) sheet
+        sheets = [None if mode == "jittered" else
+                  price_sheet(catalog, i.catalog_tools, catalog.tool_prices(), catalog.model_prices()) for i in items]
         for arm in ("system", "task"):
-            prompts = [layout(i.prompt, arm, sheet_for(i, mode)) for i in items]
+            prompts = [layout(i.prompt, arm, sheet) for i, sheet in zip(items, sheets, strict=True)]
             llm = LlamaCppLLM.from_local(local, gguf_cache)
             try:
                 began = time.perf_counter()
