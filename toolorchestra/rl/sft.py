@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenize
     encoder = TranscriptEncoder(tokenizer)
     seen: set[tuple[str, str | None, str]] = set()
     examples = []
+    kept: Counter[str] = Counter()
     order = list(instances)
     random.Random(seed).shuffle(order)
     if settings.stratify:
@@ -53,8 +54,12 @@ def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenize
             log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id, len(encoded.ids))
             continue
         examples.append({"input_ids": encoded.ids, "assistant_masks": encoded.mask})
+        kept[stratum(instance)] += 1
         if settings.max_examples is not None and len(examples) >= settings.max_examples:
             break
+    # which way the warm start routes follows this mix (docs/design.md), so the log keeps it
+    log.info("warm start: %d golden trajectories (%s)", len(examples),
+             ", ".join(f"{name} {n}" for name, n in kept.most_common()) or "none")
     return examples
 
 

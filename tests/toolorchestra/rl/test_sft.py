@@ -10,11 +10,13 @@ from toolorchestra.rl.sft import golden_examples, run_sft, sft_trainer
 from toolorchestra.rl.transcript import TranscriptEncoder
 
 
-def test_golden_examples_train_only_the_policys_turns(make_env, splits, tiny_llm):
+def test_golden_examples_train_only_the_policys_turns(make_env, splits, tiny_llm, caplog):
     tokenizer = tiny_llm.tokenizer
     env = make_env(max_domain_tools=3)
-    examples = golden_examples(env, splits["train"], tokenizer, SFTSettings(max_examples=3))
+    with caplog.at_level("INFO", logger="toolorchestra.rl.sft"):
+        examples = golden_examples(env, splits["train"], tokenizer, SFTSettings(max_examples=3))
     assert len(examples) == 3  # QA instances have no golden trajectory and are skipped
+    assert "warm start: 3 golden trajectories (tool_use 3)" in caplog.text  # the mix that sets the routing
     for example in examples:
         ids, mask = example["input_ids"], example["assistant_masks"]
         trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
