@@ -9,7 +9,10 @@ its first policy turn (the instance's system prompt, price sheet and offered too
 checkpoint's chat template) and answered greedily on llama.cpp (`--max-tokens`). It tabulates the
 called tool by QA category and by whether the item offers both basic tools, and prints the share of
 calculations and lookups whose first call is the tool their category needs
-(`episodes.environment.CATEGORY_TOOLS`).
+(`episodes.environment.CATEGORY_TOOLS`). A first call to a basic tool (`code_interpreter`,
+`local_search`) is also run through the item's episode tools, and the table counts the results that
+show the item's answer (a program that prints it; a passage that holds it, which the policy must
+still read off): where a call goes is not yet whether it helps.
 
 `--train` first runs the train stage's SFT warm start (`rl.train.warm_start`, `params.yaml`'s
 `train` section, on the train split) from the base model, optionally with another chat template
@@ -53,11 +56,16 @@ def train_inputs(settings: Any) -> tuple[Any, Any, list[Any], Any]:
     return config, catalog, select_instances(config, instances), domains
 
 
-def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_tokens: int) -> list[str]:
-    """The tool each item's first policy turn calls ("(no call)", "(malformed)"), greedy on llama.cpp."""
+def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_tokens: int) -> list[tuple[str, bool]]:
+    """Each item's first policy turn, greedy on llama.cpp: the tool it calls ("(no call)",
+    "(malformed)") and whether running that call through the episode's tools returns a result that
+    shows the item's answer (a program that prints it, a passage that holds it)."""
+    from toolorchestra.episodes.environment import CODE_TOOL, QA_BASIC_TOOLS
+    from toolorchestra.episodes.judge import contains_answer, judge_answer
     from toolorchestra.llm.hermes import MalformedToolCall, parse_tool_call
     from toolorchestra.llm.llamacpp import LlamaCppLLM
     from toolorchestra.llm.local import LocalLLM
+    from toolorchestra.tools.experts import EpisodeContext
 
     llm = LlamaCppLLM.from_local(LocalLLM(model_dir, device="cpu"), settings.workspace / ".orchestra" / "models" / "gguf")
     specs = [env.setup(item).specs for item in items]
@@ -67,13 +75,24 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
     finally:
         llm.close()
     called = []
-    for reply in replies:
+    for item, reply in zip(items, replies, strict=True):
         try:
             call = parse_tool_call(reply.text)
         except MalformedToolCall:
-            called.append("(malformed)")
+            called.append(("(malformed)", False))
             continue
-        called.append(call.name if call is not None else "(no call)")
+        if call is None:
+            called.append(("(no call)", False))
+            continue
+        # Only the basic tools: an expert call would spend minutes of generation on a probe.
+        shows = False
+        if call.name in QA_BASIC_TOOLS:
+            result = env.setup(item).toolbox.call(call.name, call.arguments, EpisodeContext(task=item.question))
+            lines = result.observation.strip().splitlines() or [""]
+            # a program shows it as its last printed line (as the golden reply reads it), a passage anywhere
+            shows = (judge_answer(lines[-1], item.answer) if call.name == CODE_TOOL
+                     else contains_answer(result.observation, item.answer))
+        called.append((call.name, shows))
     return called
 
 
@@ -137,26 +156,30 @@ def main() -> None:
     called = first_calls(Path(model_dir), env, items, settings, args.max_tokens)
     probe_seconds = time.perf_counter() - began
     table: Counter[tuple[str, str, str]] = Counter()
+    showing: Counter[tuple[str, str, str]] = Counter()
     right: Counter[str] = Counter()
     total: Counter[str] = Counter()
-    for item, tool in zip(items, called, strict=True):
+    for item, (tool, shows) in zip(items, called, strict=True):
         category = qa_category(QAItem.model_validate(item.task))
         offered = "both" if set(QA_BASIC_TOOLS) <= set(item.catalog_tools) else "one"
         table[(category, offered, tool)] += 1
+        showing[(category, offered, tool)] += shows
         if category in CATEGORY_TOOLS:
             total[category] += 1
             right[category] += tool in CATEGORY_TOOLS[category]
     print(f"{model_dir}: first call of {len(items)} held-out QA items (greedy, llama.cpp), {probe_seconds:.0f} s"
           + (f"; warm start trained in {sft_seconds:.0f} s" if sft_seconds is not None else ""))
     for (category, offered, tool), n in sorted(table.items()):
-        print(f"  {category:14} basic tools offered: {offered:4} -> {tool:18} {n}")
+        print(f"  {category:14} basic tools offered: {offered:4} -> {tool:18} {n:3}"
+              f"   result shows the answer: {showing[(category, offered, tool)]}")
     for category in sorted(total):
         print(f"{category}: the fitting tool first in {right[category]}/{total[category]}")
     if args.json:
         print(json.dumps({
             "benchmark": "routing", "model": str(model_dir), "items": len(items), "probe_seconds": probe_seconds,
             "sft_seconds": sft_seconds,
-            "calls": [{"category": c, "offered": o, "tool": t, "n": n} for (c, o, t), n in sorted(table.items())],
+            "calls": [{"category": c, "offered": o, "tool": t, "n": n, "shows_answer": showing[(c, o, t)]}
+                      for (c, o, t), n in sorted(table.items())],
             "fitting_first": {c: {"right": right[c], "n": total[c]} for c in sorted(total)},
         }))
 
