@@ -60,7 +60,7 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
     """Each item's first policy turn, greedy on llama.cpp: the tool it calls ("(no call)",
     "(malformed)") and whether running that call through the episode's tools returns a result that
     shows the item's answer (a program that prints it, a passage that holds it)."""
-    from toolorchestra.episodes.environment import CODE_TOOL, QA_BASIC_TOOLS
+    from toolorchestra.episodes.environment import CODE_TOOL, QA_BASIC_TOOLS, printed_answer
     from toolorchestra.episodes.judge import contains_answer, judge_answer
     from toolorchestra.llm.hermes import MalformedToolCall, parse_tool_call
     from toolorchestra.llm.llamacpp import LlamaCppLLM
@@ -68,14 +68,14 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
     from toolorchestra.tools.experts import EpisodeContext
 
     llm = LlamaCppLLM.from_local(LocalLLM(model_dir, device="cpu"), settings.workspace / ".orchestra" / "models" / "gguf")
-    specs = [env.setup(item).specs for item in items]
+    setups = [env.setup(item) for item in items]  # each item's episode: its offered tools, then its first call
     try:
-        replies = llm.chat_batch([[dict(m) for m in item.prompt] for item in items], tools_per_row=specs,
-                                 max_tokens=max_tokens)
+        replies = llm.chat_batch([[dict(m) for m in item.prompt] for item in items],
+                                 tools_per_row=[setup.specs for setup in setups], max_tokens=max_tokens)
     finally:
         llm.close()
     called = []
-    for item, reply in zip(items, replies, strict=True):
+    for item, setup, reply in zip(items, setups, replies, strict=True):
         try:
             call = parse_tool_call(reply.text)
         except MalformedToolCall:
@@ -87,10 +87,9 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
         # Only the basic tools: an expert call would spend minutes of generation on a probe.
         shows = False
         if call.name in QA_BASIC_TOOLS:
-            result = env.setup(item).toolbox.call(call.name, call.arguments, EpisodeContext(task=item.question))
-            lines = result.observation.strip().splitlines() or [""]
+            result = setup.toolbox.call(call.name, call.arguments, EpisodeContext(task=item.question))
             # a program shows it as its last printed line (as the golden reply reads it), a passage anywhere
-            shows = (judge_answer(lines[-1], item.answer) if call.name == CODE_TOOL
+            shows = (judge_answer(printed_answer(result.observation), item.answer) if call.name == CODE_TOOL
                      else contains_answer(result.observation, item.answer))
         called.append((call.name, shows))
     return called

@@ -333,7 +333,7 @@ class RolloutEnvironment:
         category = qa_category(_qa_item(instance))
         if instance.task.get("program") and CODE_TOOL in instance.catalog_tools:
             return self._replay(instance, [(CODE_TOOL, {"code": instance.task["program"]})],
-                                lambda seen: seen[-1].strip().splitlines()[-1] if seen[-1].strip() else "")
+                                lambda seen: printed_answer(seen[-1]))
         if category == "qa_lookup" and SEARCH_TOOL in instance.catalog_tools:
             gold = str(instance.answer)
             # The passage must be the record the question singles out (its quoted key values),
@@ -387,6 +387,12 @@ category, and its golden trajectory calls them."""
 QA_BASIC_TOOLS: tuple[str, ...] = tuple(dict.fromkeys(t for tools in CATEGORY_TOOLS.values() for t in tools))
 """Every basic tool some QA category needs: the assembly offers all of them with every QA item, so
 the question, not which basic tool happens to be offered, decides the call."""
+
+
+def printed_answer(observation: str) -> str:
+    """A code run's answer as a golden QA reply states it: the last line of its observation
+    (the program's last printed line), "" when it shows nothing."""
+    return (observation.strip().splitlines() or [""])[-1]
 
 
 def _qa_item(instance: Instance) -> Any:
