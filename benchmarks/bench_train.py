@@ -13,6 +13,8 @@ mostly prompt), loss on the last 15% of each (the assistant turns).
   sequence, forward, masked cross-entropy, backward, AdamW step;
 - **sft**: the project's `rl.sft.run_sft` (TRL's SFTTrainer, with the project's settings: on a
   CPU one sequence per forward pass, `--batch` of them accumulated per optimiser step);
+- **sft, TRL's CPU head**: the same with TRL's fused LM head as TRL runs it on a CPU, scoring
+  every position, not only the labelled ones (`rl.trl_cpu`; `sft_trl_cpu_head_tokens_per_s`);
 - **sft, padded batch**: the same with the whole batch in one padded forward pass, as plain runs
   it (`sft_padded_batch_tokens_per_s`; skipped where the project's setting is that already).
 
@@ -129,7 +131,11 @@ def main() -> int:
         def on_step_end(self, *a, **k):
             self.times.append(time.perf_counter() - self.begin)
 
-    def sft_seconds(micro: int | None) -> float:
+    import trl.trainer.utils as trl_utils
+
+    trl_head_switch = trl_utils._use_triton  # TRL's own: on a CPU its fused head scores every position
+
+    def sft_seconds(micro: int | None, *, trl_cpu_head: bool = False) -> float:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         timer = StepTimes()
@@ -140,7 +146,14 @@ def main() -> int:
                                micro_batch_size=micro, group_by_length=False)
         with tempfile.TemporaryDirectory(prefix="bench-train-") as scratch:
             # no shuffling of order matters here: every batch has the same length spread on average
-            run_sft(sft_trainer(model, tokenizer, examples, settings, Path(scratch), bf16=bf16, callbacks=[timer]))
+            trainer = sft_trainer(model, tokenizer, examples, settings, Path(scratch), bf16=bf16, callbacks=[timer])
+            project_switch = trl_utils._use_triton
+            if trl_cpu_head:  # the head as TRL runs it on a CPU: every position scored
+                trl_utils._use_triton = trl_head_switch
+            try:
+                run_sft(trainer)
+            finally:
+                trl_utils._use_triton = project_switch
         return sum(timer.times[1:])
 
     # the train stage's setting (on a CPU one sequence per forward pass, accumulated), then the
@@ -148,6 +161,7 @@ def main() -> int:
     micro = SFTSettings(batch_size=args.batch).micro_batch(use_cpu=True)
     sft_s = sft_seconds(None)
     padded_s = sft_seconds(args.batch) if micro != args.batch else sft_s
+    full_head_s = sft_seconds(None, trl_cpu_head=True)
 
     figures = {
         "model": model_dir.name, "precision": "bf16-autocast" if bf16 else "fp32", "threads": torch.get_num_threads(),
@@ -155,6 +169,7 @@ def main() -> int:
         "plain_tokens_per_s": round(timed_tokens / plain_s, 1),
         "sft_tokens_per_s": round(timed_tokens / sft_s, 1), "sft_micro_batch": micro,
         "sft_padded_batch_tokens_per_s": round(timed_tokens / padded_s, 1),
+        "sft_trl_cpu_head_tokens_per_s": round(timed_tokens / full_head_s, 1),
     }
     figures["sft_vs_plain"] = round(figures["sft_tokens_per_s"] / figures["plain_tokens_per_s"], 3)
     print(f"{figures['model']}, {figures['precision']}, {figures['threads']} threads, {args.batch} x "
@@ -163,6 +178,9 @@ def main() -> int:
     print(f"run_sft (TRL):      {figures['sft_tokens_per_s']:.0f} tokens/s "
           f"= {figures['sft_vs_plain']:.0%} of plain (target >= 80%), {micro} sequence(s) per forward pass")
     print(f"run_sft, one padded pass per batch: {figures['sft_padded_batch_tokens_per_s']:.0f} tokens/s")
+    print(f"run_sft with TRL's CPU head (every position scored, as before rl.trl_cpu): "
+          f"{figures['sft_trl_cpu_head_tokens_per_s']:.0f} tokens/s "
+          f"(compact x{figures['sft_tokens_per_s'] / figures['sft_trl_cpu_head_tokens_per_s']:.2f})")
     if args.json:
         print(json.dumps(figures))
     return 0

@@ -103,6 +103,8 @@ def sft_trainer(
     import datasets
     from trl import SFTConfig, SFTTrainer
 
+    from toolorchestra.rl.trl_cpu import compact_fused_head_on_cpu
+
     if not examples:
         raise ValueError("no golden trajectories to train on (no tool-use instance replayed correctly)")
     micro = settings.micro_batch(use_cpu)
@@ -137,6 +139,7 @@ def sft_trainer(
         # them cost a third of the step (benchmarks/bench_train.py)
         gradient_checkpointing=False,
     )
+    compact_fused_head_on_cpu()
     return SFTTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
                       processing_class=tokenizer, callbacks=callbacks)
 

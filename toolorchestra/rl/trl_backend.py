@@ -58,6 +58,7 @@ from toolorchestra.episodes.instance import Instance
 from toolorchestra.episodes.reward import DeadBand, group_advantages, group_rewards
 from toolorchestra.rl.config import GRPOSettings
 from toolorchestra.rl.transcript import RolloutPolicy
+from toolorchestra.rl.trl_cpu import compact_fused_head_on_cpu
 
 INSTANCE_KEY = "instance_id"
 
@@ -295,6 +296,7 @@ def build_grpo_trainer(
         from toolorchestra.rl.vllm_rollouts import VLLMRollouts
 
         rollouts.policy_factory = VLLMRollouts(seed=seed)
+    compact_fused_head_on_cpu()
     trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=callbacks)
     if settings.rollout_engine == "vllm":
