@@ -133,7 +133,8 @@ def main() -> int:
 
     import trl.trainer.utils as trl_utils
 
-    trl_head_switch = trl_utils._use_triton  # TRL's own: on a CPU its fused head scores every position
+    # TRL's own switch: on a CPU its fused head scores every position
+    trl_head_switch = getattr(trl_utils._use_triton, "__wrapped__", trl_utils._use_triton)
 
     def sft_seconds(micro: int | None, *, trl_cpu_head: bool = False) -> float:
         torch.manual_seed(0)

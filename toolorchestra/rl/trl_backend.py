@@ -38,7 +38,8 @@ The real reward statistics (the advantage is what TRL sees as "reward") are logg
 `log_metric` under `orchestra/...`: reward mean/std, accuracy, format-valid and answered rates,
 mean cost and latency, calls per tool, the share of groups filtered (`groups_filtered`: masked
 out of the loss) and of groups with zero reward spread (`frac_reward_zero_std`), and the share of
-completions masked out (`completions_masked`). Runs on one process (CPU, or one CUDA GPU in bf16); a group must not be split across
+completions masked out (`completions_masked`), and the seconds the step spent generating its
+rollouts (`rollout_s`; TRL's `step_time` less that is the optimisation). Runs on one process (CPU, or one CUDA GPU in bf16); a group must not be split across
 processes, which a single process guarantees.
 """
 
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -87,6 +89,7 @@ class OrchestraRollouts:
         self.last_sampled_tokens = 0  # the tokens the policy sampled in the last call, filtered groups included
 
     def __call__(self, prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
+        began = time.perf_counter()
         try:
             instances = [self.by_id[p[-1][INSTANCE_KEY]] for p in prompts]
         except (KeyError, TypeError, IndexError) as exc:
@@ -113,8 +116,10 @@ class OrchestraRollouts:
             score = self.scorer.score(rollouts)
             env_mask = [[0] * len(mask) if adv is None else mask for mask, adv in zip(env_mask, score.advantages, strict=True)]
         self.last = rollouts
+        # The step's generation phase, for its split against the optimisation (`orchestra/rollout_s`
+        # next to TRL's `step_time`): a scalar reaches every reward call as is.
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
-                "env_mask": env_mask, "rollout": rollouts}
+                "env_mask": env_mask, "rollout": rollouts, "rollout_seconds": time.perf_counter() - began}
 
 
 @dataclass
@@ -164,10 +169,13 @@ class OrchestraAdvantage:
         return BatchScore(rewards, advantages, groups=n // size, filtered=filtered, zero_spread=zero_spread)
 
     def __call__(self, prompts: list[Any], completions: list[Any], rollout: list[Rollout],
-                 log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
+                 log_metric: Callable[[str, float], None] | None = None,
+                 rollout_seconds: list[float] | None = None, **_: Any) -> list[float]:
         score = self.score(rollout)
         self.last_rewards = score.rewards
         self.last_stats = batch_stats(rollout, score)
+        if rollout_seconds:  # one value per completion, all the same: the step's generation phase
+            self.last_stats["rollout_s"] = float(rollout_seconds[0])
         if log_metric is not None:
             for key, value in self.last_stats.items():
                 log_metric(f"orchestra/{key}", value)

@@ -46,5 +46,6 @@ def compact_fused_head_on_cpu() -> bool:
         return device.type == "cpu" or current(device)
 
     setattr(compact, _MARK, True)
+    compact.__wrapped__ = current  # type: ignore[attr-defined]  # TRL's own, for a caller that needs it back
     trl_utils._use_triton = compact
     return True

@@ -205,8 +205,9 @@ def test_one_grpo_step_moves_the_policy_and_logs_orchestra_metrics(trainer):
     for key in ("loss", "orchestra/reward_mean", "orchestra/reward_std", "orchestra/accuracy",
                 "orchestra/format_valid_rate", "orchestra/cost_mean", "orchestra/latency_mean",
                 "orchestra/groups_filtered", "orchestra/frac_reward_zero_std", "orchestra/completions_masked",
-                "frac_reward_zero_std", "tokens_per_s"):
+                "frac_reward_zero_std", "tokens_per_s", "orchestra/rollout_s", "step_time"):
         assert key in step, key
+    assert 0 < step["orchestra/rollout_s"] < step["step_time"]  # generation is part of the step
     assert step["orchestra/accuracy"] == 0.5 and step["orchestra/format_valid_rate"] == 0.75
     assert any(k.startswith("orchestra/calls/") for k in step)
     assert (Path(trainer.args.output_dir) / "checkpoint-1" / "trainer_state.json").is_file()

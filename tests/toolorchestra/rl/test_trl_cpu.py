@@ -25,8 +25,10 @@ class _Vocab:
 
 @pytest.fixture
 def restore_switch(monkeypatch):
-    # monkeypatch puts TRL's own function back after the test, whatever the test installs
-    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)
+    # TRL's own switch for the test (an earlier test's trainer may have installed the compact one),
+    # and whatever was installed back afterwards
+    switch = trl_utils._use_triton
+    monkeypatch.setattr(trl_utils, "_use_triton", getattr(switch, "__wrapped__", switch))
 
 
 def loss_and_grads(monkeypatch) -> tuple[float, torch.Tensor, list[int]]:
@@ -64,9 +66,11 @@ def test_compact_head_scores_only_labelled_positions_with_identical_loss_and_gra
 
 
 def test_switch_is_installed_once(restore_switch):
+    trl_own = trl_utils._use_triton
+    assert trl_own(torch.device("cpu")) is False  # TRL's CPU path scores every position
     assert compact_fused_head_on_cpu() and compact_fused_head_on_cpu()
     switch = trl_utils._use_triton
-    assert switch(torch.device("cpu")) is True
+    assert switch(torch.device("cpu")) is True and switch.__wrapped__ is trl_own
     compact_fused_head_on_cpu()
     assert trl_utils._use_triton is switch  # not wrapped again
 
