@@ -72,6 +72,10 @@ def test_stage_reports_every_method_on_identical_tasks(workspace):
     lists = {m: sorted(f"{r['key']}#{r['variant']}" for r in rows if r["method"] == m) for m in methods}
     assert len({tuple(v) for v in lists.values()}) == 1  # the identical task list for every method
     assert len(lists["trained"]) == len(json.loads((report / "tasks.json").read_text())) + 2  # + neutral runs
+    # every episode carries its task's category, which the report's per-category table groups by
+    assert all(r["category"] == ("tool_use" if r["kind"] == "tool_use" else r["category"]) and r["category"]
+               for r in rows)
+    assert "By task category" in (report / "report.md").read_text()
     assert {"accuracy", "cost_mean", "latency_mean", "eval/random_router/overall/accuracy",
             "eval/trained/preferences/adherence"} <= set(metrics)
     assert metrics["cost_mean"] > 0 and 0 <= metrics["accuracy"] <= 1

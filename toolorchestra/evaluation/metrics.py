@@ -77,6 +77,8 @@ class TaskRecord(BaseModel):
     task_id: str
     key: str
     kind: Literal["qa", "tool_use"]
+    category: str | None = Field(None, description="a QA item's category (its own label, else `qa_category`), "
+                                 "`tool_use` for a ticket: the report's per-category table")
     variant: Variant = "plain"
     preference_id: str | None = None
     preference_kind: str | None = None
@@ -93,6 +95,13 @@ class TaskRecord(BaseModel):
     offered_tools: list[str] = Field(default_factory=list)
     judgement: dict[str, Any] = Field(default_factory=dict)
     trajectory: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def first_call(self) -> str:
+        """The tool of the episode's first turn, `(answer)` when that turn called none: where the
+        method sent the task."""
+        turns = self.trajectory.get("turns") or []
+        return (turns[0].get("tool") or "(answer)") if turns else "(no turn)"
 
     @property
     def scored(self) -> bool:

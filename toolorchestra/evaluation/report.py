@@ -12,7 +12,7 @@ Pareto plot, and the files the `evaluate` stage writes.
 - `table.json`: the long-format table (one row per method x benchmark) logged to MLflow;
 - `report.md`: the table as the paper prints it (each accuracy and adherence with its 95% Wilson
   interval, `41.0% [31.9, 50.8]`), where each method's calls went (share per tool and per expert
-  model), plus notes;
+  model), each method's solved episodes and first calls per task category, plus notes;
 - `pareto.png`: mean cost per task vs accuracy for each method, overall and per benchmark, with
   the Pareto front (no other method is both cheaper and at least as accurate) drawn. Methods on
   the same or nearly the same point share one label listing their names, and labels are placed
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,31 @@ def call_shares_table(run: EvalRun) -> str:
     return "\n".join(lines)
 
 
+def category_table(run: EvalRun, *, top: int = 3) -> str:
+    """Each method's solved / scored episodes per task category, pooled over the benchmarks, with
+    where its first calls went: a method that routes one category to the wrong tool shows it
+    (counts sent to `local_search`, tickets called with another tool's arguments)."""
+    categories = sorted({r.category or r.kind for r in run.records if r.scored})
+    lines = ["| method | " + " | ".join(categories) + " |", "|" + " --- |" * (len(categories) + 1)]
+    for method in run.methods:
+        records = [r for r in run.records if r.method == method.name and r.scored]
+        if not records:
+            continue
+        cells = []
+        for category in categories:
+            mine = [r for r in records if (r.category or r.kind) == category]
+            if not mine:
+                cells.append("-")
+                continue
+            firsts = Counter(r.first_call for r in mine).most_common()
+            shown = ", ".join(f"{tool} {n}" for tool, n in firsts[:top])
+            if len(firsts) > top:
+                shown += f", {len(firsts) - top} more"
+            cells.append(f"{sum(r.correct for r in mine)}/{len(mine)} ({shown})")
+        lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown_table(run: EvalRun) -> str:
     labels = mark_extremes(run.summary, run.methods)
     benches = [b.name for b in run.benchmarks]
@@ -145,6 +171,11 @@ def markdown_report(run: EvalRun, *, title: str = "Evaluation", notes: list[str]
         "expert model's share of the calls that reached an expert model.",
         "",
         call_shares_table(run),
+        "",
+        "By task category (all benchmarks): solved / scored episodes, then each episode's first call "
+        "(`(answer)`: the first turn answered without a call).",
+        "",
+        category_table(run),
         "",
         "Methods:",
         "",

@@ -151,7 +151,8 @@ def _record(method: Method, item: EvalItem, variant: Variant, instance: Instance
     trajectory = rollout.trajectory
     pair = item.preference
     return TaskRecord(
-        method=method.name, benchmark=item.benchmark, task_id=item.id, key=item.key, kind=item.kind, variant=variant,
+        method=method.name, benchmark=item.benchmark, task_id=item.id, key=item.key, kind=item.kind,
+        category=(item.task.category or item.task.qa_category) if item.kind == "qa" else "tool_use", variant=variant,
         preference_id=pair.id if pair else None, preference_kind=pair.kind if pair else None,
         preference=pair.instruction if pair and variant == "instructed" else None,
         intents=[i.model_dump() for i in pair.intents] if pair else [],

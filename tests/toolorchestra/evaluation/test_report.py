@@ -92,3 +92,29 @@ def test_docstring_examples_hold(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_category_table_counts_solved_episodes_and_first_calls_per_category():
+    from toolorchestra.evaluation.metrics import TaskRecord
+    from toolorchestra.evaluation.report import category_table
+
+    def record(method, category, correct, first, variant="plain"):
+        turns = [{"index": 0, "tool": first}] if first != "(answer)" else [{"index": 0, "text": "42"}]
+        return TaskRecord(method=method, benchmark="qa", task_id=f"{category}-{first}", key="k",
+                          kind="tool_use" if category == "tool_use" else "qa", category=category, variant=variant,
+                          correct=correct, answered=True, format_valid=True, cost_usd=0.0, latency_s=0.0, turns=1,
+                          trajectory={"turns": turns})
+
+    records = [record("a", "count", True, "code_interpreter"), record("a", "count", False, "local_search"),
+               record("a", "count", False, "local_search"), record("a", "tool_use", False, "get_loan_details"),
+               record("a", "count", True, "code_interpreter", variant="neutral"),  # not scored: left out
+               record("b", "count", False, "(answer)")]
+    run = SimpleNamespace(methods=[SimpleNamespace(name="a"), SimpleNamespace(name="b"), SimpleNamespace(name="c")],
+                          records=records)
+    lines = category_table(run).splitlines()
+    assert lines[0] == "| method | count | tool_use |"
+    assert lines[2] == "| a | 1/3 (local_search 2, code_interpreter 1) | 0/1 (get_loan_details 1) |"
+    assert lines[3] == "| b | 0/1 ((answer) 1) | - |"
+    assert len(lines) == 4  # a method without scored episodes has no row
+    assert "3 more" in category_table(SimpleNamespace(methods=[SimpleNamespace(name="a")], records=[
+        record("a", "count", False, tool) for tool in "pqrstu"]), top=3)
