@@ -76,6 +76,10 @@ def test_stage_reports_every_method_on_identical_tasks(workspace):
     assert all(r["category"] == ("tool_use" if r["kind"] == "tool_use" else r["category"]) and r["category"]
                for r in rows)
     assert "By task category" in (report / "report.md").read_text()
+    scored = [r for r in rows if r["method"] == "trained" and r["variant"] != "neutral"]
+    per_category = {k.split("/")[3]: v for k, v in metrics.items()
+                    if k.startswith("eval/trained/category/") and k.endswith("/n")}
+    assert per_category == {c: float(sum(r["category"] == c for r in scored)) for c in {r["category"] for r in scored}}
     assert {"accuracy", "cost_mean", "latency_mean", "eval/random_router/overall/accuracy",
             "eval/trained/preferences/adherence"} <= set(metrics)
     assert metrics["cost_mean"] > 0 and 0 <= metrics["accuracy"] <= 1

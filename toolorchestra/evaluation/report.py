@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,10 @@ from typing import Any
 from toolorchestra.core.fs import atomic_write_bytes, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from toolorchestra.evaluation.benchmarks import task_list
 from toolorchestra.evaluation.methods import CANDIDATE, mark_extremes
-from toolorchestra.evaluation.metrics import Metrics, adherence_checks
+from toolorchestra.evaluation.metrics import Metrics, TaskRecord, adherence_checks
 from toolorchestra.evaluation.runner import EvalRun, method_rows
+
+_UNSAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. ]")
 
 
 def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
@@ -107,19 +110,28 @@ def call_shares_table(run: EvalRun) -> str:
     return "\n".join(lines)
 
 
-def category_table(run: EvalRun, *, top: int = 3) -> str:
-    """Each method's solved / scored episodes per task category, pooled over the benchmarks, with
-    where its first calls went: a method that routes one category to the wrong tool shows it
-    (counts sent to `local_search`, tickets called with another tool's arguments)."""
-    categories = sorted({r.category or r.kind for r in run.records if r.scored})
-    lines = ["| method | " + " | ".join(categories) + " |", "|" + " --- |" * (len(categories) + 1)]
+def by_category(run: EvalRun) -> dict[str, dict[str, list[TaskRecord]]]:
+    """Each method's scored episodes per task category (a QA item's category, `tool_use` for a
+    ticket), pooled over the benchmarks, in the order the methods ran."""
+    out: dict[str, dict[str, list[TaskRecord]]] = {}
     for method in run.methods:
-        records = [r for r in run.records if r.method == method.name and r.scored]
-        if not records:
-            continue
+        for record in run.records:
+            if record.method == method.name and record.scored:
+                out.setdefault(method.name, {}).setdefault(record.category or record.kind, []).append(record)
+    return out
+
+
+def category_table(run: EvalRun, *, top: int = 3) -> str:
+    """Each method's solved / scored episodes per task category, with where its first calls went:
+    a method that routes one category to the wrong tool shows it (counts sent to `local_search`,
+    tickets called with another tool's arguments)."""
+    groups = by_category(run)
+    categories = sorted({c for per in groups.values() for c in per})
+    lines = ["| method | " + " | ".join(categories) + " |", "|" + " --- |" * (len(categories) + 1)]
+    for method, per in groups.items():
         cells = []
         for category in categories:
-            mine = [r for r in records if (r.category or r.kind) == category]
+            mine = per.get(category, [])
             if not mine:
                 cells.append("-")
                 continue
@@ -128,7 +140,7 @@ def category_table(run: EvalRun, *, top: int = 3) -> str:
             if len(firsts) > top:
                 shown += f", {len(firsts) - top} more"
             cells.append(f"{sum(r.correct for r in mine)}/{len(mine)} ({shown})")
-        lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -391,7 +403,8 @@ def write_report(run: EvalRun, folder: Path, *, title: str = "Evaluation", notes
 
 
 def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, float]:
-    """The candidate's headline metrics and `eval/<method>/<benchmark>/<metric>` for every method."""
+    """The candidate's headline metrics, `eval/<method>/<benchmark>/<metric>` for every method and
+    `eval/<method>/category/<category>/{accuracy,n}` (scored episodes over all benchmarks)."""
     out: dict[str, float] = {}
     for method, per in run.summary.items():
         for bench, metrics in per.items():
@@ -401,6 +414,11 @@ def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, floa
                 out[f"eval/{method}/{bench}/adherence"] = float(metrics.adherence)
             if metrics.adherence_untestable:
                 out[f"eval/{method}/{bench}/adherence_untestable"] = float(metrics.adherence_untestable)
+        for category, mine in by_category(run).get(method, {}).items():
+            # third-party categories may hold characters MLflow refuses in a metric key
+            key = f"eval/{method}/category/{_UNSAFE_KEY.sub('_', category)}"
+            out[f"{key}/accuracy"] = sum(r.correct for r in mine) / len(mine)
+            out[f"{key}/n"] = float(len(mine))
         n = sum(1 for r in run.records if r.method == method)
         if run.seconds.get(method):
             out[f"eval/{method}/episodes_per_s"] = n / run.seconds[method]
