@@ -73,8 +73,7 @@ def test_stage_reports_every_method_on_identical_tasks(workspace):
     assert len({tuple(v) for v in lists.values()}) == 1  # the identical task list for every method
     assert len(lists["trained"]) == len(json.loads((report / "tasks.json").read_text())) + 2  # + neutral runs
     # every episode carries its task's category, which the report's per-category table groups by
-    assert all(r["category"] == ("tool_use" if r["kind"] == "tool_use" else r["category"]) and r["category"]
-               for r in rows)
+    assert all(r["category"] and (r["category"] == "tool_use") == (r["kind"] == "tool_use") for r in rows)
     assert "By task category" in (report / "report.md").read_text()
     scored = [r for r in rows if r["method"] == "trained" and r["variant"] != "neutral"]
     per_category = {k.split("/")[3]: v for k, v in metrics.items()

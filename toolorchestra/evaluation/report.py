@@ -113,12 +113,11 @@ def call_shares_table(run: EvalRun) -> str:
 def by_category(run: EvalRun) -> dict[str, dict[str, list[TaskRecord]]]:
     """Each method's scored episodes per task category (a QA item's category, `tool_use` for a
     ticket), pooled over the benchmarks, in the order the methods ran."""
-    out: dict[str, dict[str, list[TaskRecord]]] = {}
-    for method in run.methods:
-        for record in run.records:
-            if record.method == method.name and record.scored:
-                out.setdefault(method.name, {}).setdefault(record.category or record.kind, []).append(record)
-    return out
+    grouped: dict[str, dict[str, list[TaskRecord]]] = {}
+    for record in run.records:
+        if record.scored:
+            grouped.setdefault(record.method, {}).setdefault(record.category or record.kind, []).append(record)
+    return {m.name: grouped[m.name] for m in run.methods if m.name in grouped}
 
 
 def category_table(run: EvalRun, *, top: int = 3) -> str:
@@ -406,6 +405,7 @@ def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, floa
     """The candidate's headline metrics, `eval/<method>/<benchmark>/<metric>` for every method and
     `eval/<method>/category/<category>/{accuracy,n}` (scored episodes over all benchmarks)."""
     out: dict[str, float] = {}
+    categories = by_category(run)
     for method, per in run.summary.items():
         for bench, metrics in per.items():
             for key in ("accuracy", "cost_mean", "latency_mean", "format_valid_rate"):
@@ -414,7 +414,7 @@ def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, floa
                 out[f"eval/{method}/{bench}/adherence"] = float(metrics.adherence)
             if metrics.adherence_untestable:
                 out[f"eval/{method}/{bench}/adherence_untestable"] = float(metrics.adherence_untestable)
-        for category, mine in by_category(run).get(method, {}).items():
+        for category, mine in categories.get(method, {}).items():
             # third-party categories may hold characters MLflow refuses in a metric key
             key = f"eval/{method}/category/{_UNSAFE_KEY.sub('_', category)}"
             out[f"{key}/accuracy"] = sum(r.correct for r in mine) / len(mine)
