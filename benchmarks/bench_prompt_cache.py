@@ -78,7 +78,7 @@ def main() -> None:
 
     settings = Settings(workspace=find_workspace(REPO))
     try:
-        config, catalog, _, domains = train_inputs(settings)
+        config, catalog, _, domains, _ = train_inputs(settings)
         held = load_instances(settings.workspace / "data" / "datasets", split="eval")
     except Exception as exc:  # missing or broken flow data: one line, no traceback
         raise SystemExit(f"bench_prompt_cache: {exc} (run the flow up to the preferences stage first)") from None

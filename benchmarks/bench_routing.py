@@ -1,6 +1,6 @@
 """Where a checkpoint sends held-out QA items: its first call per QA category, in minutes, not a demo.
 
-    python benchmarks/bench_routing.py [--model models/warm_start] [--items 64] [--json]
+    python benchmarks/bench_routing.py [--model models/warm_start] [--items 64] [--tickets 32] [--json]
     python benchmarks/bench_routing.py --train [--template FILE] [--out .orchestra/bench_routing]
 
 Reads the flow's data (run `orchestra run`, or the stages up to `preferences`, first): the held-out
@@ -13,6 +13,12 @@ calculations and lookups whose first call is the tool their category needs
 `local_search`) is also run through the item's episode tools, and the table counts the results that
 show the item's answer (a program that prints it; a passage that holds it, which the policy must
 still read off): where a call goes is not yet whether it helps.
+
+Held-out tickets (tool-use tasks of at most `train.data.max_actions` golden calls, as the
+evaluation's toolscale benchmarks hold them; `--tickets` of them) get the same first turn: the
+table counts first calls to one of the task's golden tools and, of those, calls whose arguments the
+tool accepts (run against the task's fresh database). On 2026-12-05 every ticket of the demo failed
+on its first call, the right tool with local search's `query` argument.
 
 `--train` first runs the train stage's SFT warm start (`rl.train.warm_start`, `params.yaml`'s
 `train` section, on the train split) from the base model, optionally with another chat template
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import time
@@ -42,24 +49,26 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def train_inputs(settings: Any) -> tuple[Any, Any, list[Any], Any]:
-    """(train config, catalog, training instances, domain locator) as the train stage reads them."""
+def train_inputs(settings: Any) -> tuple[Any, Any, list[Any], Any, list[Any]]:
+    """(train config, catalog, training instances, domain locator, first-call pool) as the train
+    stage reads them."""
     from pipelines.train import Params, load_inputs, train_config
     from toolorchestra.core.yaml_strict import strict_load
-    from toolorchestra.rl.train import select_instances
+    from toolorchestra.rl.train import first_call_pool, select_instances
 
     raw = strict_load((settings.workspace / "params.yaml").read_text())
     params = Params.model_validate({**raw["train"], "seed": raw.get("base", {}).get("seed", 0)})
     config = train_config(params)
     deps = {name: settings.workspace / path for name, path in raw["train"]["deps"].items()}
     catalog, instances, domains = load_inputs(config, deps)
-    return config, catalog, select_instances(config, instances), domains
+    return config, catalog, select_instances(config, instances), domains, first_call_pool(config, instances)
 
 
 def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_tokens: int) -> list[tuple[str, bool]]:
     """Each item's first policy turn, greedy on llama.cpp: the tool it calls ("(no call)",
-    "(malformed)") and whether running that call through the episode's tools returns a result that
-    shows the item's answer (a program that prints it, a passage that holds it)."""
+    "(malformed)") and, for a QA item, whether running that call through the episode's tools returns
+    a result that shows the item's answer (a program that prints it, a passage that holds it); for a
+    ticket, whether the domain tool it calls accepts its arguments."""
     from toolorchestra.episodes.environment import CODE_TOOL, QA_BASIC_TOOLS, printed_answer
     from toolorchestra.episodes.judge import contains_answer, judge_answer
     from toolorchestra.llm.hermes import MalformedToolCall, parse_tool_call
@@ -84,9 +93,13 @@ def first_calls(model_dir: Path, env: Any, items: list[Any], settings: Any, max_
         if call is None:
             called.append(("(no call)", False))
             continue
-        # Only the basic tools: an expert call would spend minutes of generation on a probe.
+        # Only the basic tools and a ticket's domain tools: an expert call would spend minutes of
+        # generation on a probe.
         shows = False
-        if call.name in QA_BASIC_TOOLS:
+        if item.kind == "tool_use":  # a ticket: does its domain tool accept the arguments?
+            if call.name in set(item.required_tools):
+                shows = setup.toolbox.call(call.name, call.arguments, EpisodeContext(task=item.question)).ok
+        elif call.name in QA_BASIC_TOOLS:
             result = setup.toolbox.call(call.name, call.arguments, EpisodeContext(task=item.question))
             # a program shows it as its last printed line (as the golden reply reads it), a passage anywhere
             shows = (judge_answer(printed_answer(result.observation), item.answer) if call.name == CODE_TOOL
@@ -102,12 +115,14 @@ def main() -> None:
     parser.add_argument("--template", type=Path, default=None, help="chat template (Jinja) for --train")
     parser.add_argument("--out", type=Path, default=None, help="where --train writes (default .orchestra/bench_routing)")
     parser.add_argument("--items", type=int, default=64, help="held-out QA items probed")
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--tickets", type=int, default=32, help="held-out tickets probed (0: none)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="tokens per first turn (default: the train stage's episode.max_tokens)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     args = parser.parse_args()
-    if args.items < 1:
-        raise SystemExit("bench_routing: --items must be at least 1")
+    if args.items < 1 or args.tickets < 0:
+        raise SystemExit("bench_routing: --items must be at least 1 and --tickets at least 0")
     if args.template is not None and not args.train:
         raise SystemExit("bench_routing: --template only applies with --train")
 
@@ -119,8 +134,11 @@ def main() -> None:
 
     settings = Settings(workspace=find_workspace(REPO))
     try:
-        config, catalog, train_items, domains = train_inputs(settings)
-        held = [i for i in load_instances(settings.workspace / "data" / "datasets", split="eval") if i.kind == "qa"]
+        config, catalog, train_items, domains, long_tasks = train_inputs(settings)
+        held_out = load_instances(settings.workspace / "data" / "datasets", split="eval")
+        held = [i for i in held_out if i.kind == "qa"]
+        tickets = [i for i in held_out if i.kind == "tool_use"
+                   and len(i.tau2_task.actions) <= (config.data.max_actions or len(i.tau2_task.actions))]
     except Exception as exc:  # missing or broken flow data: one line, no traceback
         raise SystemExit(f"bench_routing: {exc} (run the flow up to the preferences stage first)") from None
     if not held:
@@ -131,6 +149,9 @@ def main() -> None:
     sft_seconds = None
     if args.train:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        logging.basicConfig(format="%(message)s")
+        logging.getLogger("toolorchestra.rl.sft").setLevel(logging.INFO)  # the warm start's mix
 
         from toolorchestra.rl.train import resolve_model_folder, use_bf16, warm_start
 
@@ -144,16 +165,20 @@ def main() -> None:
             AutoModelForCausalLM.from_pretrained(base).save_pretrained(start)
             tokenizer.save_pretrained(start)
         began = time.perf_counter()
-        model_dir, _ = warm_start(config, env, train_items, start, work, use_cpu=True, bf16=use_bf16(config, "cpu"))
+        model_dir, _ = warm_start(config, env, train_items, start, work, use_cpu=True, bf16=use_bf16(config, "cpu"),
+                                  first_calls_from=long_tasks)
         sft_seconds = time.perf_counter() - began
     if not (Path(model_dir) / "config.json").is_file():
         raise SystemExit(f"bench_routing: {model_dir} is not a checkpoint folder (run the train stage, or --train)")
 
     random.Random(args.seed).shuffle(held)
-    items = held[:args.items]
+    random.Random(args.seed).shuffle(tickets)
+    items, tickets = held[:args.items], tickets[:args.tickets]
     began = time.perf_counter()
-    called = first_calls(Path(model_dir), env, items, settings, args.max_tokens)
+    called_all = first_calls(Path(model_dir), env, items + tickets, settings,
+                             args.max_tokens or config.episode.max_tokens)
     probe_seconds = time.perf_counter() - began
+    called, ticket_calls = called_all[:len(items)], called_all[len(items):]
     table: Counter[tuple[str, str, str]] = Counter()
     showing: Counter[tuple[str, str, str]] = Counter()
     right: Counter[str] = Counter()
@@ -173,6 +198,13 @@ def main() -> None:
               f"   result shows the answer: {showing[(category, offered, tool)]}")
     for category in sorted(total):
         print(f"{category}: the fitting tool first in {right[category]}/{total[category]}")
+    golden_first = sum(tool in set(t.required_tools) for t, (tool, _) in zip(tickets, ticket_calls, strict=True))
+    accepted = sum(ok for _, ok in ticket_calls)
+    ticket_tools = Counter(tool if tool in set(t.required_tools) else ("(domain tool)" if tool in set(t.domain_tools)
+                           else tool) for t, (tool, _) in zip(tickets, ticket_calls, strict=True))
+    if tickets:
+        print(f"tickets ({len(tickets)} held out): a golden tool first in {golden_first}, its arguments accepted in "
+              f"{accepted}; first calls: " + ", ".join(f"{name} {n}" for name, n in ticket_tools.most_common(6)))
     if args.json:
         print(json.dumps({
             "benchmark": "routing", "model": str(model_dir), "items": len(items), "probe_seconds": probe_seconds,
@@ -180,6 +212,7 @@ def main() -> None:
             "calls": [{"category": c, "offered": o, "tool": t, "n": n, "shows_answer": showing[(c, o, t)]}
                       for (c, o, t), n in sorted(table.items())],
             "fitting_first": {c: {"right": right[c], "n": total[c]} for c in sorted(total)},
+            "tickets": {"n": len(tickets), "golden_tool_first": golden_first, "arguments_accepted": accepted},
         }))
 
 

@@ -94,6 +94,20 @@ class Episode:
                               f"${max(left, 0.0):.6f} of ${self.budget_usd:.6f} left")
 
 
+def echoed_failure(turns: list[Turn], reply: str) -> Turn | None:
+    """The failed call whose error `reply` repeats, if the turn before the reply failed and the
+    reply is its error observation or one of its lines. A policy taught to answer with a program's
+    last printed line answers a program's SyntaxError with that line; shown as the answer it reads
+    as one."""
+    if not turns or not reply:
+        return None
+    last = turns[-1]
+    if last.ok or not last.observation:
+        return None
+    lines = {line.strip() for line in last.observation.strip().splitlines() if line.strip()}
+    return last if reply == last.observation.strip() or reply in lines else None
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -269,7 +283,13 @@ class Orchestrator:
             turn.observation = text
 
         if call is None:  # a plain message: the final answer
-            trajectory.answer = completion.text.strip()
+            reply = completion.text.strip()
+            failed = echoed_failure(trajectory.turns[:-1], reply)
+            if failed is None:
+                trajectory.answer = reply
+            else:  # a tool's error passed off as the answer: no answer, and the error says why
+                trajectory.answer = None
+                trajectory.error = f"the reply repeats the failed {failed.tool or 'tool'} call's error instead of an answer"
             trajectory.stop_reason = "final_message"
             episode.done = True
             return

@@ -20,7 +20,8 @@ group).
 
 `golden_conversation(instance)` replays a tool-use task's golden actions through the same tools
 and renders them as Hermes calls with their real observations plus a final reply that states the
-`communicate_info` values: the SFT warm start's data.
+`communicate_info` values: the SFT warm start's data. `golden_first_call(instance)` is a task's
+first golden call alone (the warm start's first-call examples, from tasks too long to train whole).
 
 Departures from the paper's setup, for small models on CPU: observations are truncated to
 `max_observation_chars`, and `max_domain_tools` caps the domain tools offered (the golden ones are
@@ -349,6 +350,22 @@ class RolloutEnvironment:
             query = " ".join(keys) or instance.question
             return self._replay(instance, [(SEARCH_TOOL, {"query": query})], read_off)
         return None
+
+    def golden_first_call(self, instance: Instance) -> tuple[list[Message], list[dict[str, Any]]] | None:
+        """A tool-use task's first golden call alone, as the policy's first turn (the prompt, then
+        the call), when it succeeds on the task's fresh database; None otherwise. From tasks too
+        long to train whole, it teaches what a ticket's first turn needs: a domain tool with that
+        tool's own parameters."""
+        if instance.kind != "tool_use" or not instance.tau2_task.actions:
+            return None
+        action = instance.tau2_task.actions[0]
+        arguments = copy.deepcopy(action.arguments)
+        setup = self.setup(instance)
+        if not setup.toolbox.call(action.name, arguments, EpisodeContext(task=instance.question)).ok:
+            return None
+        messages: list[Message] = [dict(m) for m in instance.prompt]
+        messages.append({"role": "assistant", "content": format_tool_call(action.name, copy.deepcopy(action.arguments))})
+        return messages, setup.specs
 
     def _replay(self, instance: Instance, calls: list[tuple[str, dict[str, Any]]],
                 reply_for: Callable[[list[str]], str]) -> tuple[list[Message], list[dict[str, Any]]] | None:

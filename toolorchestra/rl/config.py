@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from toolorchestra.episodes.environment import EpisodeConfig
 from toolorchestra.episodes.reward import DEFAULT_DEAD_BAND, DeadBand
@@ -54,6 +54,29 @@ class SFTSettings(BaseModel):
     group_by_length: bool = Field(True, description="micro-batches of similar lengths (less padding); false: random")
     stratify: bool = Field(False, description="take examples round-robin over the task categories (tool use, and each QA "
                                               "category) rather than in the pool's mix")
+    first_calls: int = Field(
+        0, ge=0, le=10_000_000,
+        description="examples of a tool-use task's first golden call alone (stratum first_call), from training "
+                    "tasks with more than data.max_actions golden calls: a domain tool called with its own "
+                    "parameters, which the few short tickets alone did not teach")
+    repeat: dict[str, int] = Field(
+        default_factory=dict,
+        description="stratum -> times each of its golden trajectories is dealt (tool_use, first_call, or a QA "
+                    "category: arithmetic, lookup, count, aggregate); a rare stratum weighs more without more tasks")
+
+    @field_validator("repeat")
+    @classmethod
+    def _known_strata(cls, repeat: dict[str, int]) -> dict[str, int]:
+        from toolorchestra.synthesis.qa import CATEGORIES
+
+        known = ("tool_use", "first_call", *CATEGORIES)
+        unknown = sorted(set(repeat) - set(known))
+        if unknown:
+            raise ValueError(f"unknown strata {unknown}; known: {', '.join(known)}")
+        low = sorted(name for name, times in repeat.items() if times < 1)
+        if low:
+            raise ValueError(f"repeat counts must be at least 1: {low}")
+        return repeat
 
     @model_validator(mode="after")
     def _micro_divides_batch(self) -> SFTSettings:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter, defaultdict, deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,56 +30,99 @@ from toolorchestra.rl.transcript import TranscriptEncoder
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class FirstCall:
+    """A tool-use task whose first golden call alone is the example (`RolloutEnvironment.golden_first_call`)."""
+
+    instance: Instance
+    kind = "first_call"  # its stratum
+
+    @property
+    def id(self) -> str:
+        return f"{self.instance.id}#first_call"
+
+
+Dealt = Instance | FirstCall
+"""What the warm start deals: a task's whole golden trajectory, or a longer task's first call."""
+
+
 def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
-                    settings: SFTSettings, seed: int = 0) -> list[dict[str, list[int]]]:
+                    settings: SFTSettings, seed: int = 0,
+                    first_call_pool: list[Instance] | None = None) -> list[dict[str, list[int]]]:
     """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per task that has one
-    (tool-use tasks, QA calculations and lookups), in a seeded order."""
+    (tool-use tasks, QA calculations and lookups), in a seeded order; with `settings.first_calls`,
+    also up to that many first golden calls of `first_call_pool`'s tasks (longer tool-use tasks)."""
     encoder = TranscriptEncoder(tokenizer)
-    seen: set[tuple[str, str | None, str]] = set()
+    order: list[Dealt] = list(one_per_task(instances, seed))
+    if settings.first_calls:
+        order += [FirstCall(i) for i in one_per_task(first_call_pool or [], seed)]
+    order = interleave_strata(order, settings.repeat) if settings.stratify else repeated(order, settings.repeat)
+    encoded_for: dict[str, Any] = {}  # a repeated task is replayed once
     examples = []
+    distinct: set[str] = set()
     kept: Counter[str] = Counter()
-    order = list(instances)
-    random.Random(seed).shuffle(order)
-    if settings.stratify:
-        order = interleave_strata(order)
     for instance in order:
-        key = (instance.kind, instance.domain, instance.task_id)
-        if key in seen:
-            continue
-        seen.add(key)
-        golden = env.golden_conversation(instance)
-        if golden is None:
-            continue
-        encoded = encoder.encode(golden[0], golden[1])
-        if len(encoded.ids) > settings.max_length:
-            log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id, len(encoded.ids))
+        if isinstance(instance, FirstCall) and kept[FirstCall.kind] >= settings.first_calls:
+            continue  # enough of them (the pool is every longer task: some replay wrong or run long)
+        if instance.id not in encoded_for:
+            golden = (env.golden_first_call(instance.instance) if isinstance(instance, FirstCall)
+                      else env.golden_conversation(instance))
+            encoded_for[instance.id] = None if golden is None else encoder.encode(golden[0], golden[1])
+            if encoded_for[instance.id] is not None and len(encoded_for[instance.id].ids) > settings.max_length:
+                log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id,
+                         len(encoded_for[instance.id].ids))
+                encoded_for[instance.id] = None
+        encoded = encoded_for[instance.id]
+        if encoded is None:
             continue
         examples.append({"input_ids": encoded.ids, "assistant_masks": encoded.mask})
+        distinct.add(instance.id)
         kept[stratum(instance)] += 1
         if settings.max_examples is not None and len(examples) >= settings.max_examples:
             break
     # which way the warm start routes follows this mix (docs/design.md), so the log keeps it
-    log.info("warm start: %d golden trajectories (%s)", len(examples),
-             ", ".join(f"{name} {n}" for name, n in kept.most_common()) or "none")
+    log.info("warm start: %d golden trajectories (%s; %d distinct)", len(examples),
+             ", ".join(f"{name} {n}" for name, n in kept.most_common()) or "none",
+             len(distinct))
     return examples
 
 
-def stratum(instance: Instance) -> str:
-    """The kind of golden trajectory: `tool_use`, or a QA item's category (arithmetic, lookup,
-    count, aggregate)."""
+def one_per_task(instances: list[Instance], seed: int) -> list[Instance]:
+    """`instances` in a seeded order, each task once (its first instance in that order)."""
+    shuffled = list(instances)
+    random.Random(seed).shuffle(shuffled)
+    first: dict[tuple[str, str | None, str], Instance] = {}
+    for instance in shuffled:
+        first.setdefault((instance.kind, instance.domain, instance.task_id), instance)
+    return list(first.values())
+
+
+def stratum(instance: Dealt) -> str:
+    """The kind of golden trajectory: `tool_use`, `first_call`, or a QA item's category
+    (arithmetic, lookup, count, aggregate)."""
     return str(instance.task.get("category") or instance.kind) if instance.kind == "qa" else instance.kind
 
 
-def interleave_strata(order: list[Instance]) -> list[Instance]:
+def repeated(order: list[Dealt], repeat: dict[str, int]) -> list[Dealt]:
+    """`order`, then further passes over the instances whose stratum `repeat` deals more than once:
+    every instance once before any twice, so a `max_examples` cut drops repeats first."""
+    passes = max((repeat.get(stratum(i), 1) for i in order), default=1)
+    return [i for n in range(passes) for i in order if repeat.get(stratum(i), 1) > n]
+
+
+def interleave_strata(order: list[Dealt], repeat: dict[str, int] | None = None) -> list[Dealt]:
     """`order` dealt round-robin over its strata (each stratum keeping its own order), so the first
     `max_examples` hold every category as evenly as its candidates allow. A seeded shuffle alone
     follows the pool's mix: the demo of 2026-12-04 took ~14 counts and ~6 aggregates among 96
     examples (53 calculations, 31 lookups) and its policy sent every held-out count and aggregate to
-    `local_search`, as lookups go."""
-    queues: dict[str, deque[Instance]] = defaultdict(deque)
+    `local_search`, as lookups go. A stratum in `repeat` is dealt that many passes over its
+    instances (every instance once before any twice)."""
+    queues: dict[str, deque[Dealt]] = defaultdict(deque)
     for instance in order:
         queues[stratum(instance)].append(instance)
-    dealt: list[Instance] = []
+    for name in queues:
+        queues[name] = deque(repeated(list(queues[name]), repeat or {}))
+    dealt: list[Dealt] = []
     while queues:
         for name in list(queues):
             dealt.append(queues[name].popleft())

@@ -74,6 +74,14 @@ def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Ins
     return kept
 
 
+def first_call_pool(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
+    """The tool-use instances too long to train whole (more than `data.max_actions` golden calls),
+    whose first golden calls the warm start may learn (`sft.first_calls`); none when that is 0."""
+    if not config.sft.first_calls or "tool_use" not in config.data.kinds or config.data.max_actions is None:
+        return []
+    return [i for i in instances if i.kind == "tool_use" and len(i.tau2_task.actions) > config.data.max_actions]
+
+
 def work_folder(config: TrainConfig, instances: list[Instance], catalog: Catalog, settings: Settings) -> Path:
     """Where this run's resumable state lives: keyed by everything but the run's length."""
     # Engines change how fast samples come, not what is learned: a run may switch and resume.
@@ -114,8 +122,10 @@ def _load_tokenizer(folder: Path) -> Any:
 
 
 def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Instance], start: Path,
-               work: Path, *, use_cpu: bool, bf16: bool) -> tuple[Path, dict[str, float]]:
-    """SFT on golden trajectories; returns the folder of the warm-started model (reused if done)."""
+               work: Path, *, use_cpu: bool, bf16: bool,
+               first_calls_from: list[Instance] | None = None) -> tuple[Path, dict[str, float]]:
+    """SFT on golden trajectories (and first calls of `first_calls_from`, see `first_call_pool`);
+    returns the folder of the warm-started model (reused if done)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -127,7 +137,8 @@ def warm_start(config: TrainConfig, env: RolloutEnvironment, instances: list[Ins
         log.info("warm start already done in %s", done)
         return done, {}
     tokenizer = _load_tokenizer(start)
-    examples = golden_examples(env, instances, tokenizer, config.sft, seed=config.seed)
+    examples = golden_examples(env, instances, tokenizer, config.sft, seed=config.seed,
+                               first_call_pool=first_calls_from)
     if not examples:
         raise ConfigError(None, "the warm start found no golden trajectory to train on (no tool-use task, QA "
                           "calculation or lookup replays correctly within "
@@ -191,6 +202,7 @@ def train_trl(
     from toolorchestra.rl.trl_backend import build_grpo_trainer
 
     started = time.perf_counter()
+    long_tasks = first_call_pool(config, instances)
     instances = select_instances(config, instances)
     device = _device(config)
     use_cpu = not device.startswith("cuda")
@@ -201,12 +213,13 @@ def train_trl(
 
         llm_for = catalog_llms(catalog.models, config.engine, settings)
     env = RolloutEnvironment(catalog, settings, domains, config.episode, llm_for=llm_for)
-    work = work_folder(config, instances, catalog, settings)
+    work = work_folder(config, instances + long_tasks, catalog, settings)
     work.mkdir(parents=True, exist_ok=True)
     metrics: dict[str, float] = {"instances": float(len(instances))}
     start = base
     if config.sft.enabled:
-        start, sft_metrics = warm_start(config, env, instances, base, work, use_cpu=use_cpu, bf16=bf16)
+        start, sft_metrics = warm_start(config, env, instances, base, work, use_cpu=use_cpu, bf16=bf16,
+                                        first_calls_from=long_tasks)
         metrics.update(sft_metrics)
     tokenizer = _load_tokenizer(start)
     manifest = {

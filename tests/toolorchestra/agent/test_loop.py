@@ -124,6 +124,29 @@ def test_tool_failures_and_timeouts_become_observations(exc, error):
     assert traj.answer == "gave up"
 
 
+@pytest.mark.parametrize(
+    ("reply", "echo"),
+    [
+        ("Error: broken: wall time of 10 s exceeded", True),  # the error observation itself
+        ("wall time of 10 s exceeded", False),                 # part of it, in the policy's own reply
+        ("gave up", False),
+    ],
+)
+def test_a_reply_repeating_a_failed_calls_error_is_no_answer(reply, echo):
+    traj, _ = run([call("broken"), reply], tools=[Add(), Broken(ToolError("wall time of 10 s exceeded"))])
+    assert traj.turns[0].observation == "Error: broken: wall time of 10 s exceeded"
+    assert traj.stop_reason == "final_message"
+    if echo:
+        assert traj.answer is None and "repeats the failed broken call's error" in traj.error
+    else:
+        assert traj.answer == reply and traj.error is None
+
+
+def test_a_reply_after_a_successful_call_may_repeat_its_result():
+    traj, _ = run([call("add", a=2, b=3), "5"])
+    assert traj.answer == "5" and traj.error is None
+
+
 def test_policy_endpoint_failure_ends_the_episode_without_raising():
     traj, _ = run([call("add", a=1, b=1), LLMError("policy endpoint down")])
     assert traj.stop_reason == "policy_error" and "policy endpoint down" in traj.error

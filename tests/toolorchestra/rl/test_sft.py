@@ -16,7 +16,7 @@ def test_golden_examples_train_only_the_policys_turns(make_env, splits, tiny_llm
     with caplog.at_level("INFO", logger="toolorchestra.rl.sft"):
         examples = golden_examples(env, splits["train"], tokenizer, SFTSettings(max_examples=3))
     assert len(examples) == 3  # QA instances have no golden trajectory and are skipped
-    assert "warm start: 3 golden trajectories (tool_use 3)" in caplog.text  # the mix that sets the routing
+    assert "warm start: 3 golden trajectories (tool_use 3; 3 distinct)" in caplog.text  # the mix that sets the routing
     for example in examples:
         ids, mask = example["input_ids"], example["assistant_masks"]
         trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
@@ -117,3 +117,67 @@ def test_a_stratified_warm_start_deals_every_category_before_any_repeats():
     assert sorted(x.id for x in dealt) == sorted(x.id for x in pool)  # nothing lost or repeated
     by_pool = [x.id for x in pool if stratum(x) == "arithmetic"]
     assert [x.id for x in dealt if stratum(x) == "arithmetic"] == by_pool  # each stratum keeps the seeded order
+
+
+def test_a_repeated_stratum_is_dealt_in_passes_and_the_cut_drops_repeats_first():
+    """The demo's train split holds 8 golden tickets against 42 lookups calling
+    `local_search {"query": ...}`, and its policy sent every held-out ticket's domain tool a `query`
+    argument: `repeat` weighs a rare stratum up without synthesizing more tasks."""
+    from types import SimpleNamespace
+
+    from toolorchestra.rl.sft import interleave_strata, repeated
+
+    pool = [SimpleNamespace(kind="qa", task={"category": "arithmetic"}, id=f"a{i}") for i in range(6)]
+    pool += [SimpleNamespace(kind="tool_use", task={}, id=f"t{i}") for i in range(2)]
+    dealt = interleave_strata(pool, {"tool_use": 3})
+    tickets = [x.id for x in dealt if x.kind == "tool_use"]
+    assert tickets == ["t0", "t1"] * 3  # each ticket once before any twice
+    assert [x.id for x in dealt[:4]] == ["a0", "t0", "a1", "t1"]
+    assert [x.id for x in repeated(pool, {"tool_use": 2})] == [x.id for x in pool] + ["t0", "t1"]
+    assert repeated(pool, {}) == pool
+    with pytest.raises(ValueError, match="unknown strata"):
+        SFTSettings(repeat={"tickets": 2})
+    with pytest.raises(ValueError, match="at least 1"):
+        SFTSettings(repeat={"tool_use": 0})
+
+
+def test_golden_examples_repeat_a_stratum_without_replaying_it_again(make_env, splits, tiny_llm, caplog, monkeypatch):
+    env = make_env(max_domain_tools=3)
+    replays = []
+    original = env.golden_conversation
+    monkeypatch.setattr(env, "golden_conversation", lambda instance: replays.append(instance.id) or original(instance))
+    with caplog.at_level("INFO", logger="toolorchestra.rl.sft"):
+        examples = golden_examples(env, splits["train"], tiny_llm.tokenizer,
+                                   SFTSettings(max_examples=None, stratify=True, repeat={"tool_use": 2}))
+    distinct = {tuple(e["input_ids"]) for e in examples}
+    assert len(examples) == 2 * len(distinct) and len(replays) == len(set(replays))
+    assert f"(tool_use {len(examples)}; {len(distinct)} distinct)" in caplog.text
+
+
+def test_first_call_examples_train_a_longer_tasks_first_golden_call_alone(make_env, tool_use, tiny_llm, caplog):
+    """Tickets of at most max_actions golden calls are few (8 in the demo's train split); the
+    longer tasks' first calls teach the same first turn: a domain tool with its own parameters."""
+    from toolorchestra.rl.config import TrainConfig
+    from toolorchestra.rl.train import first_call_pool
+
+    env = make_env(max_domain_tools=3)
+    task = tool_use[0]
+    messages, specs = env.golden_first_call(task)
+    action = task.tau2_task.actions[0]
+    assert messages[:-1] == [dict(m) for m in task.prompt] and messages[-1]["role"] == "assistant"
+    assert action.name in messages[-1]["content"] and action.name in {s["function"]["name"] for s in specs}
+    tokenizer = tiny_llm.tokenizer
+    with caplog.at_level("INFO", logger="toolorchestra.rl.sft"):
+        examples = golden_examples(env, [], tokenizer, SFTSettings(max_examples=None, first_calls=2),
+                                   first_call_pool=tool_use)
+    assert len(examples) == 2 and "(first_call 2; 2 distinct)" in caplog.text
+    trained = tokenizer.decode([t for t, m in zip(examples[0]["input_ids"], examples[0]["assistant_masks"], strict=True)
+                                if m])
+    assert trained.count("<tool_call>") == 1 and trained.endswith("<|im_end|>")  # the call, and nothing after it
+    assert golden_examples(env, [], tokenizer, SFTSettings(max_examples=None), first_call_pool=tool_use) == []
+
+    shortest = min(len(i.tau2_task.actions) for i in tool_use)
+    config = TrainConfig.model_validate({"data": {"max_actions": shortest}, "sft": {"first_calls": 4}})
+    pool = first_call_pool(config, tool_use)
+    assert pool and all(len(i.tau2_task.actions) > shortest for i in pool)
+    assert first_call_pool(config.model_copy(update={"sft": SFTSettings()}), tool_use) == []
