@@ -5,7 +5,10 @@ server's structured call) -> act (the toolbox; calls of different episodes run c
 thread pool since they are mostly I/O-bound) -> record. Nothing the model writes can crash the
 loop: a malformed call, an unknown tool, bad arguments, a failing tool or expert endpoint each
 become an error observation; only the policy's own endpoint failing ends an episode, recorded as
-`policy_error`.
+`policy_error`. A plain reply that repeats the failed call just before it (its error text, or
+a line of it) is no answer (`echoed_failure`): the episode ends with `answer=None` and `error`
+saying so, since a user reading "SyntaxError: invalid syntax" as the answer is misled; any other
+reply right after a failed call is kept as the answer, with `error` saying no result supports it.
 
 Limits per episode: `max_turns`, and `budget_usd`, a cost limit the loop enforces *before* each
 call: when the next policy turn (its prompt counted by the backend - exactly for a local model,
@@ -284,12 +287,15 @@ class Orchestrator:
 
         if call is None:  # a plain message: the final answer
             reply = completion.text.strip()
-            failed = echoed_failure(trajectory.turns[:-1], reply)
-            if failed is None:
-                trajectory.answer = reply
-            else:  # a tool's error passed off as the answer: no answer, and the error says why
+            before = trajectory.turns[-2] if len(trajectory.turns) > 1 else None
+            if echoed_failure(trajectory.turns[:-1], reply) is not None:
+                # a tool's error passed off as the answer: no answer, and the error says why
                 trajectory.answer = None
-                trajectory.error = f"the reply repeats the failed {failed.tool or 'tool'} call's error instead of an answer"
+                trajectory.error = f"the reply repeats the failed {before.tool or 'tool'} call's error instead of an answer"
+            else:
+                trajectory.answer = reply
+                if before is not None and not before.ok:  # kept, but flagged: no result supports it
+                    trajectory.error = f"the answer follows a failed {before.tool or 'tool'} call; no tool result supports it"
             trajectory.stop_reason = "final_message"
             episode.done = True
             return

@@ -17,9 +17,9 @@ import pytest
 
 from toolorchestra.tools.code_interpreter import CodeInterpreter, SandboxLimits
 from toolorchestra.tools.sandbox.isolation import (
+    SHARED_WRITABLE,
     blocking_folder,
     call_mounts,
-    SHARED_WRITABLE,
     default_hidden_paths,
     git_dirs,
     interpreter_roots,
