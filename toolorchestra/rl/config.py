@@ -36,6 +36,12 @@ class DataConfig(BaseModel):
     )
 
 
+SFT_STRATA = ("tool_use", "first_call", "lookup", "count", "aggregate", "arithmetic")
+"""The warm start's strata (`rl.sft.stratum`): tickets, longer tickets' first calls, and the QA
+categories `synthesis.qa.CATEGORIES` labels items with (named here, not imported: the train
+stage would depend on the synthesis code)."""
+
+
 class SFTSettings(BaseModel):
     """Supervised warm start on golden trajectories (TRL's SFTTrainer)."""
 
@@ -67,12 +73,9 @@ class SFTSettings(BaseModel):
     @field_validator("repeat")
     @classmethod
     def _known_strata(cls, repeat: dict[str, int]) -> dict[str, int]:
-        from toolorchestra.synthesis.qa import CATEGORIES
-
-        known = ("tool_use", "first_call", *CATEGORIES)
-        unknown = sorted(set(repeat) - set(known))
+        unknown = sorted(set(repeat) - set(SFT_STRATA))
         if unknown:
-            raise ValueError(f"unknown strata {unknown}; known: {', '.join(known)}")
+            raise ValueError(f"unknown strata {unknown}; known: {', '.join(SFT_STRATA)}")
         low = sorted(name for name, times in repeat.items() if times < 1)
         if low:
             raise ValueError(f"repeat counts must be at least 1: {low}")

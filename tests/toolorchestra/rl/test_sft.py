@@ -135,6 +135,10 @@ def test_a_repeated_stratum_is_dealt_in_passes_and_the_cut_drops_repeats_first()
     assert [x.id for x in dealt[:4]] == ["a0", "t0", "a1", "t1"]
     assert [x.id for x in repeated(pool, {"tool_use": 2})] == [x.id for x in pool] + ["t0", "t1"]
     assert repeated(pool, {}) == pool
+    from toolorchestra.rl.config import SFT_STRATA
+    from toolorchestra.synthesis.qa import CATEGORIES
+
+    assert set(SFT_STRATA) == {"tool_use", "first_call", *CATEGORIES}  # every QA category can be repeated
     with pytest.raises(ValueError, match="unknown strata"):
         SFTSettings(repeat={"tickets": 2})
     with pytest.raises(ValueError, match="at least 1"):
