@@ -97,18 +97,14 @@ class Episode:
                               f"${max(left, 0.0):.6f} of ${self.budget_usd:.6f} left")
 
 
-def echoed_failure(turns: list[Turn], reply: str) -> Turn | None:
-    """The failed call whose error `reply` repeats, if the turn before the reply failed and the
-    reply is its error observation or one of its lines. A policy taught to answer with a program's
-    last printed line answers a program's SyntaxError with that line; shown as the answer it reads
-    as one."""
-    if not turns or not reply:
-        return None
-    last = turns[-1]
-    if last.ok or not last.observation:
-        return None
-    lines = {line.strip() for line in last.observation.strip().splitlines() if line.strip()}
-    return last if reply == last.observation.strip() or reply in lines else None
+def echoed_failure(before: Turn | None, reply: str) -> bool:
+    """Whether `reply` repeats the failed call `before` it: its error observation or one of its
+    lines. A policy taught to answer with a program's last printed line answers a program's
+    SyntaxError with that line; shown as the answer it reads as one."""
+    if before is None or before.ok or not before.observation or not reply:
+        return False
+    lines = {line.strip() for line in before.observation.strip().splitlines() if line.strip()}
+    return reply == before.observation.strip() or reply in lines
 
 
 class Orchestrator:
@@ -288,7 +284,7 @@ class Orchestrator:
         if call is None:  # a plain message: the final answer
             reply = completion.text.strip()
             before = trajectory.turns[-2] if len(trajectory.turns) > 1 else None
-            if echoed_failure(trajectory.turns[:-1], reply) is not None:
+            if echoed_failure(before, reply):
                 # a tool's error passed off as the answer: no answer, and the error says why
                 trajectory.answer = None
                 trajectory.error = f"the reply repeats the failed {before.tool or 'tool'} call's error instead of an answer"
