@@ -131,14 +131,14 @@ def main() -> None:
     from toolorchestra.episodes.pool import QAItem, qa_category
     from toolorchestra.episodes.rows import load_instances
     from toolorchestra.llm.config import catalog_llms
+    from toolorchestra.rl.train import fits_episode
 
     settings = Settings(workspace=find_workspace(REPO))
     try:
         config, catalog, train_items, domains, long_tasks = train_inputs(settings)
         held_out = load_instances(settings.workspace / "data" / "datasets", split="eval")
         held = [i for i in held_out if i.kind == "qa"]
-        tickets = [i for i in held_out if i.kind == "tool_use"
-                   and len(i.tau2_task.actions) <= (config.data.max_actions or len(i.tau2_task.actions))]
+        tickets = [i for i in held_out if i.kind == "tool_use" and fits_episode(config, i)]
     except Exception as exc:  # missing or broken flow data: one line, no traceback
         raise SystemExit(f"bench_routing: {exc} (run the flow up to the preferences stage first)") from None
     if not held:

@@ -359,42 +359,52 @@ class RolloutEnvironment:
         if instance.kind != "tool_use" or not instance.tau2_task.actions:
             return None
         action = instance.tau2_task.actions[0]
-        arguments = copy.deepcopy(action.arguments)
-        setup = self.setup(instance)
-        if not setup.toolbox.call(action.name, arguments, EpisodeContext(task=instance.question)).ok:
+        played = self._play(instance, [(action.name, copy.deepcopy(action.arguments))])
+        if not played.trajectory.turns[0].ok:
             return None
-        messages: list[Message] = [dict(m) for m in instance.prompt]
-        messages.append({"role": "assistant", "content": format_tool_call(action.name, copy.deepcopy(action.arguments))})
-        return messages, setup.specs
+        return played.messages[:-1], played.setup.specs  # the call, without its observation
+
+    def _play(self, instance: Instance, calls: list[tuple[str, dict[str, Any]]]) -> _Played:
+        """Run `calls` through a fresh setup of the instance's tools, each as the policy's turn and
+        its observation."""
+        setup = self.setup(instance)
+        played = _Played(setup, [dict(m) for m in instance.prompt], Trajectory(task=instance.question))
+        context = EpisodeContext(task=instance.question)
+        for index, (name, arguments) in enumerate(calls):
+            text = format_tool_call(name, arguments)
+            result = setup.toolbox.call(name, arguments, context)
+            played.messages.append({"role": "assistant", "content": text})
+            played.messages.append({"role": "tool", "content": result.observation})
+            played.trajectory.turns.append(Turn(index=index, text=text, tool=name, arguments=arguments,
+                                                observation=result.observation, ok=result.ok))
+        return played
 
     def _replay(self, instance: Instance, calls: list[tuple[str, dict[str, Any]]],
                 reply_for: Callable[[list[str]], str]) -> tuple[list[Message], list[dict[str, Any]]] | None:
         """Run `calls` through the instance's tools, then reply `reply_for(observations)`; the
         conversation if that trajectory is scored correct."""
-        setup = self.setup(instance)
-        messages: list[Message] = [dict(m) for m in instance.prompt]
-        context = EpisodeContext(task=instance.question)
-        trajectory = Trajectory(task=instance.question)
-        seen: list[str] = []
-        for index, (name, arguments) in enumerate(calls):
-            text = format_tool_call(name, arguments)
-            result = setup.toolbox.call(name, arguments, context)
-            if not result.ok and instance.kind == "qa":  # a QA golden call must work
-                return None
-            seen.append(result.observation)
-            messages.append({"role": "assistant", "content": text})
-            messages.append({"role": "tool", "content": result.observation})
-            trajectory.turns.append(Turn(index=index, text=text, tool=name, arguments=arguments,
-                                         observation=result.observation, ok=result.ok))
-        reply = reply_for(seen)
+        played = self._play(instance, calls)
+        turns = played.trajectory.turns
+        if instance.kind == "qa" and not all(turn.ok for turn in turns):  # a QA golden call must work
+            return None
+        reply = reply_for([turn.observation for turn in turns])
         if not reply:
             return None
-        messages.append({"role": "assistant", "content": reply})
-        trajectory.turns.append(Turn(index=len(trajectory.turns), text=reply))
-        trajectory.answer, trajectory.stop_reason = reply, "final_message"
-        correct, _ = score_rollout(instance, trajectory, setup.env)
-        return (messages, setup.specs) if correct else None
+        played.messages.append({"role": "assistant", "content": reply})
+        turns.append(Turn(index=len(turns), text=reply))
+        played.trajectory.answer, played.trajectory.stop_reason = reply, "final_message"
+        correct, _ = score_rollout(instance, played.trajectory, played.setup.env)
+        return (played.messages, played.setup.specs) if correct else None
 
+
+@dataclass
+class _Played:
+    """Golden calls run through an episode's tools: the setup they ran in, the conversation so far
+    (the prompt, then each call and its observation) and the same as a trajectory."""
+
+    setup: EpisodeSetup
+    messages: list[Message]
+    trajectory: Trajectory
 
 CODE_TOOL, SEARCH_TOOL = "code_interpreter", "local_search"
 """The basic tools QA golden trajectories call (catalog names of the embedded catalog)."""

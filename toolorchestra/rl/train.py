@@ -59,13 +59,18 @@ def resolve_model_folder(name: str, settings: Settings) -> Path:
     return folder
 
 
+def fits_episode(config: TrainConfig, instance: Instance) -> bool:
+    """Whether an instance is short enough to train whole: any QA item, or a tool-use task of at
+    most `data.max_actions` golden calls (all of them when that is unset)."""
+    max_actions = config.data.max_actions
+    return instance.kind != "tool_use" or max_actions is None or len(instance.tau2_task.actions) <= max_actions
+
+
 def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
     """The instances this run trains on: by kind, golden-call count, then a seeded cap."""
     import random
 
-    kept = [i for i in instances if i.kind in config.data.kinds]
-    if config.data.max_actions is not None:
-        kept = [i for i in kept if i.kind != "tool_use" or len(i.tau2_task.actions) <= config.data.max_actions]
+    kept = [i for i in instances if i.kind in config.data.kinds and fits_episode(config, i)]
     if config.data.max_instances is not None and len(kept) > config.data.max_instances:
         kept = sorted(random.Random(config.seed).sample(kept, config.data.max_instances), key=lambda i: i.id)
     if not kept:
@@ -79,7 +84,7 @@ def first_call_pool(config: TrainConfig, instances: list[Instance]) -> list[Inst
     whose first golden calls the warm start may learn (`sft.first_calls`); none when that is 0."""
     if not config.sft.first_calls or "tool_use" not in config.data.kinds or config.data.max_actions is None:
         return []
-    return [i for i in instances if i.kind == "tool_use" and len(i.tau2_task.actions) > config.data.max_actions]
+    return [i for i in instances if i.kind == "tool_use" and not fits_episode(config, i)]
 
 
 def work_folder(config: TrainConfig, instances: list[Instance], catalog: Catalog, settings: Settings) -> Path:
