@@ -82,6 +82,9 @@ class Benchmark:
     kind: str
     items: list[EvalItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    domains: dict[str, Path] = field(default_factory=dict)
+    """Folder of every domain its items name, QA items included: a count over a domain's records
+    needs its database even when no ticket of that domain is evaluated."""
 
     def task_ids(self) -> list[str]:
         return [item.key for item in self.items]
@@ -97,11 +100,14 @@ class _Spec(BaseModel):
     max_tasks: int | None = Field(None, ge=1, le=1_000_000, description="seeded, stratified sample; None: every task")
 
 
+MaxActions = Annotated[int | None, Field(ge=1, le=10_000, description="only tool-use tasks with at most this many "
+                                         "golden calls (match the episode's max_turns; None: all)")]
+
+
 class ToolScaleSpec(_Spec):
     kind: Literal["toolscale"] = "toolscale"
     domains: list[str] | None = Field(None, description="only these domains (None: all)")
-    max_actions: int | None = Field(None, ge=1, le=10_000, description="only tasks with at most this many golden "
-                                    "calls (match the episode's max_turns; None: all)")
+    max_actions: MaxActions = None
 
 
 class QASpec(_Spec):
@@ -114,6 +120,8 @@ class PreferenceSpec(_Spec):
     kind: Literal["preferences"] = "preferences"
     task_kinds: list[Literal["qa", "tool_use"]] = Field(default_factory=lambda: ["qa", "tool_use"])
     preference_kinds: list[str] | None = Field(None, description="only these pair kinds (None: all)")
+    # A ticket the episode cannot finish is wrong whatever the preference: it measures nothing.
+    max_actions: MaxActions = None
 
 
 class QAFileSpec(_Spec):
@@ -283,6 +291,7 @@ def build_benchmarks(
         raise ConfigError(None, f"benchmark names must be unique, got {names}", key="benchmarks")
     heldout = heldout or HeldOut()
     held: TaskPool | None = None
+    known: dict[str, Path] = {}  # every domain of the task pool, held out or not
 
     def pool() -> TaskPool:
         nonlocal held
@@ -290,8 +299,10 @@ def build_benchmarks(
             if tasks_root is None:
                 raise ConfigError(None, "benchmarks of kind toolscale / qa / preferences need the validated tasks "
                                   "(deps.tasks)", key="benchmarks")
-            held = heldout_pool(load_pool(tasks_root, domains_root=domains_root), train_ids=train_ids,
-                                fraction=heldout.eval_task_fraction, seed=seed, heldout_domains=heldout.domains)
+            every = load_pool(tasks_root, domains_root=domains_root)
+            known.update({t.domain.name: t.domain.folder for t in every.tool_use})
+            held = heldout_pool(every, train_ids=train_ids, fraction=heldout.eval_task_fraction, seed=seed,
+                                heldout_domains=heldout.domains)
         return held
 
     out: list[Benchmark] = []
@@ -305,9 +316,7 @@ def build_benchmarks(
                 if missing:
                     notes.append(f"no held-out tasks for domains {missing} (held-out domains: {known})")
                 tasks = [t for t in tasks if t.domain.name in set(spec.domains)]
-            if spec.max_actions is not None:
-                tasks = [t for t in tasks if len(t.task.actions) <= spec.max_actions]
-            items = [EvalItem(spec.name, t) for t in tasks]
+            items = [EvalItem(spec.name, t) for t in within_actions(tasks, spec.max_actions)]
         elif isinstance(spec, QASpec):
             qa = pool().qa
             if spec.categories is not None:
@@ -320,7 +329,7 @@ def build_benchmarks(
             if "qa" in spec.task_kinds:
                 candidates.extend(pool().qa)
             if "tool_use" in spec.task_kinds:
-                candidates.extend(pool().tool_use)
+                candidates.extend(within_actions(pool().tool_use, spec.max_actions))
             pairs = list(preference_pairs or [])
             if spec.preference_kinds is not None:
                 pairs = [p for p in pairs if p.kind in set(spec.preference_kinds)]
@@ -342,9 +351,16 @@ def build_benchmarks(
         if not items:
             why = f" ({'; '.join(notes)})" if notes else ""
             raise ConfigError(None, f"benchmark {spec.name!r} has no tasks{why}", key="benchmarks")
-        out.append(Benchmark(spec.name, spec.kind, items, notes))
+        named = {task_domain(item.task) for item in items}
+        out.append(Benchmark(spec.name, spec.kind, items, notes,
+                             domains={name: known[name] for name in sorted(n for n in named if n in known)}))
     _check_domains(out)
     return out
+
+
+def within_actions(tasks: list[ToolUseTask], max_actions: int | None) -> list[ToolUseTask]:
+    """The tool-use tasks of at most `max_actions` golden calls (all when None)."""
+    return [t for t in tasks if max_actions is None or len(t.task.actions) <= max_actions]
 
 
 def _resolve(workspace: Path, path: str) -> Path:
@@ -352,22 +368,27 @@ def _resolve(workspace: Path, path: str) -> Path:
     return candidate if candidate.is_absolute() else workspace / candidate
 
 
+def _bench_domains(bench: Benchmark) -> Iterable[tuple[str, Path]]:
+    """(name, folder) of each domain a benchmark brings: its tickets', then the task pool's for the rest."""
+    for item in bench.items:
+        if isinstance(item.task, ToolUseTask):
+            yield item.task.domain.name, item.task.domain.folder
+    yield from bench.domains.items()
+
+
 def _check_domains(benchmarks: list[Benchmark]) -> None:
     """Two benchmarks may not bring different domains under one name (episodes find a domain by name)."""
     seen: dict[str, Path] = {}
     for bench in benchmarks:
-        for item in bench.items:
-            if isinstance(item.task, ToolUseTask):
-                ref = item.task.domain
-                if seen.setdefault(ref.name, ref.folder.resolve()) != ref.folder.resolve():
-                    raise ConfigError(None, f"two domains are named {ref.name!r}: {seen[ref.name]} and {ref.folder}; "
-                                      "rename one folder", key="benchmarks")
+        for name, folder in _bench_domains(bench):
+            if seen.setdefault(name, folder.resolve()) != folder.resolve():
+                raise ConfigError(None, f"two domains are named {name!r}: {seen[name]} and {folder}; "
+                                  "rename one folder", key="benchmarks")
 
 
 def domain_folders(benchmarks: Iterable[Benchmark]) -> dict[str, Path]:
-    """Domain name -> folder, for every tool-use item."""
-    return {item.task.domain.name: item.task.domain.folder for b in benchmarks for item in b.items
-            if isinstance(item.task, ToolUseTask)}
+    """Domain name -> folder, for every domain the benchmarks' items name (tickets and QA items)."""
+    return {name: folder for bench in benchmarks for name, folder in _bench_domains(bench)}
 
 
 def task_list(benchmarks: Iterable[Benchmark]) -> list[dict[str, Any]]:

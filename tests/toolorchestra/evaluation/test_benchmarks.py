@@ -175,3 +175,32 @@ def test_training_task_ids_read_the_exported_dataset(eval_tasks, catalog, tmp_pa
     assert ids == {i.task_id for i in splits["train"]}
     assert not ids & {i.task_id for i in splits["eval"]}
     assert training_task_ids(None) is None
+
+
+def test_preference_items_leave_out_tickets_the_episode_cannot_finish(eval_tasks, pairs, tmp_path):
+    """A ticket longer than the episode's turns is wrong whatever the preference: the 2026-12-06
+    demo's preference benchmark held 7 tickets of 3-7 golden calls under max_turns 3."""
+    def tickets(**limit):
+        spec = [PreferenceSpec(name="prefs", task_kinds=["tool_use"], max_tasks=None, **limit)]
+        built = build_benchmarks(spec, tasks_root=eval_tasks, workspace=tmp_path, seed=0, preference_pairs=pairs,
+                                 train_ids=set())[0]
+        return [len(item.task.task.actions) for item in built.items]
+
+    every = tickets()
+    shortest = min(every)
+    assert max(every) > shortest  # the fixture holds longer tickets, so the limit has something to drop
+    assert tickets(max_actions=shortest) and set(tickets(max_actions=shortest)) == {shortest}
+
+
+def test_qa_items_bring_their_domains_folder_without_any_ticket(eval_tasks, tmp_path):
+    """A count over a domain's records needs its database; before, only tickets brought a domain's
+    folder, so `orchestra evaluate --bench qa` ran the code interpreter without the records."""
+    from toolorchestra.episodes.pool import task_domain
+    from toolorchestra.evaluation.benchmarks import domain_folders
+
+    built = build_benchmarks([QASpec(name="qa", max_tasks=None)], tasks_root=eval_tasks, workspace=tmp_path, seed=0,
+                             train_ids=set())
+    named = {task_domain(item.task) for item in built[0].items} - {None}
+    assert named and not any(item.kind == "tool_use" for item in built[0].items)
+    folders = domain_folders(built)
+    assert set(folders) == named and all((folders[n] / "db.json").is_file() for n in named)
