@@ -291,7 +291,7 @@ def build_benchmarks(
         raise ConfigError(None, f"benchmark names must be unique, got {names}", key="benchmarks")
     heldout = heldout or HeldOut()
     held: TaskPool | None = None
-    known: dict[str, Path] = {}  # every domain of the task pool, held out or not
+    pool_domains: dict[str, Path] = {}  # every domain of the task pool, held out or not
 
     def pool() -> TaskPool:
         nonlocal held
@@ -300,7 +300,7 @@ def build_benchmarks(
                 raise ConfigError(None, "benchmarks of kind toolscale / qa / preferences need the validated tasks "
                                   "(deps.tasks)", key="benchmarks")
             every = load_pool(tasks_root, domains_root=domains_root)
-            known.update({t.domain.name: t.domain.folder for t in every.tool_use})
+            pool_domains.update({t.domain.name: t.domain.folder for t in every.tool_use})
             held = heldout_pool(every, train_ids=train_ids, fraction=heldout.eval_task_fraction, seed=seed,
                                 heldout_domains=heldout.domains)
         return held
@@ -353,7 +353,7 @@ def build_benchmarks(
             raise ConfigError(None, f"benchmark {spec.name!r} has no tasks{why}", key="benchmarks")
         named = {task_domain(item.task) for item in items}
         out.append(Benchmark(spec.name, spec.kind, items, notes,
-                             domains={name: known[name] for name in sorted(n for n in named if n in known)}))
+                             domains={n: pool_domains[n] for n in sorted(named & pool_domains.keys())}))
     _check_domains(out)
     return out
 

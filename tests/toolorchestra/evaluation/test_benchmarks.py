@@ -204,3 +204,7 @@ def test_qa_items_bring_their_domains_folder_without_any_ticket(eval_tasks, tmp_
     assert named and not any(item.kind == "tool_use" for item in built[0].items)
     folders = domain_folders(built)
     assert set(folders) == named and all((folders[n] / "db.json").is_file() for n in named)
+    # as the flow's params hold them: a tool-use benchmark limited to named domains comes first
+    specs = [ToolScaleSpec(name="t", domains=sorted(named), max_tasks=1), QASpec(name="qa", max_tasks=None)]
+    built = build_benchmarks(specs, tasks_root=eval_tasks, workspace=tmp_path, seed=0, train_ids=set())
+    assert domain_folders(built) == folders
