@@ -129,6 +129,12 @@ def task_domain(item: QAItem | ToolUseTask) -> str | None:
     return item.domain.name if isinstance(item, ToolUseTask) else getattr(item, "domain", None)
 
 
+def fits_actions(task: Task, max_actions: int | None) -> bool:
+    """Whether a tool-use task can be played whole in an episode of at most `max_actions` golden
+    calls (any task when None). Training and evaluation keep the same tasks by this rule."""
+    return max_actions is None or len(task.actions) <= max_actions
+
+
 def task_prompt(task: Task) -> str:
     """What the orchestrator is told about a tool-use task: the ticket, else the user's
     instructions (no user simulator in this project; the task is given up front)."""

@@ -40,6 +40,7 @@ from toolorchestra.episodes.pool import (
     QAItem,
     TaskPool,
     ToolUseTask,
+    fits_actions,
     load_pool,
     load_qa_file,
     task_domain,
@@ -360,7 +361,7 @@ def build_benchmarks(
 
 def within_actions(tasks: list[ToolUseTask], max_actions: int | None) -> list[ToolUseTask]:
     """The tool-use tasks of at most `max_actions` golden calls (all when None)."""
-    return [t for t in tasks if max_actions is None or len(t.task.actions) <= max_actions]
+    return [t for t in tasks if fits_actions(t.task, max_actions)]
 
 
 def _resolve(workspace: Path, path: str) -> Path:

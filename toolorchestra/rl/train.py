@@ -30,6 +30,7 @@ from toolorchestra.core.fs import atomic_write_text
 from toolorchestra.core.settings import Settings
 from toolorchestra.episodes.environment import RolloutEnvironment
 from toolorchestra.episodes.instance import DomainLocator, Instance
+from toolorchestra.episodes.pool import fits_actions
 from toolorchestra.rl.checkpoint import checkpoint_step, last_checkpoint, run_key, save_checkpoint
 from toolorchestra.rl.config import TrainConfig
 from toolorchestra.tools.catalog import Catalog
@@ -62,8 +63,7 @@ def resolve_model_folder(name: str, settings: Settings) -> Path:
 def fits_episode(config: TrainConfig, instance: Instance) -> bool:
     """Whether an instance is short enough to train whole: any QA item, or a tool-use task of at
     most `data.max_actions` golden calls (all of them when that is unset)."""
-    max_actions = config.data.max_actions
-    return instance.kind != "tool_use" or max_actions is None or len(instance.tau2_task.actions) <= max_actions
+    return instance.kind != "tool_use" or fits_actions(instance.tau2_task, config.data.max_actions)
 
 
 def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
