@@ -35,7 +35,8 @@ class Calculator(LLM):
     def _reply(messages) -> Completion:
         last = messages[-1]
         usage = Usage(prompt_tokens=200, completion_tokens=20)
-        if last["role"] == "tool":
+        if last["role"] == "tool":  # the second turn: an engine with a prefix cache kept the first's prompt
+            usage = Usage(prompt_tokens=200, completion_tokens=20, cached_prompt_tokens=150)
             return Completion(text=last["content"].strip().splitlines()[-1], usage=usage, model="calculator")
         match = re.search(r"What is (.+?)\?", last["content"])
         expression = match.group(1) if match else "0"

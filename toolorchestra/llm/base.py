@@ -55,11 +55,18 @@ class Usage(BaseModel):
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    """Of `prompt_tokens`, those the engine read from its prefix cache instead of computing them
+    (llama.cpp's live sequences, an OpenAI-compatible server's `prompt_tokens_details.cached_tokens`).
+    Reported, not discounted: how many hit the cache depends on what ran before, so a cheaper
+    cache-hit price would make an episode's cost depend on its neighbours (and a preference run
+    that follows its neutral twin would look thriftier for free)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
         )
 
     @property

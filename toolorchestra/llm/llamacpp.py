@@ -45,7 +45,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolorchestra.core.errors import ConfigError, OrchestraError
 from toolorchestra.llm.base import BatchLLM, Completion, LLMError, Message, Usage, cut_at_stop, tools_by_row
@@ -142,6 +142,16 @@ class _KVFull(LLMError):
     """The KV cache is full of the cells of rows being generated (nothing left to evict)."""
 
 
+class Generated(NamedTuple):
+    """One prompt's generation: new tokens up to and including the stop token, why it stopped, the
+    seconds it took and how many prompt tokens came from the prefix cache."""
+
+    new: list[int]
+    finish: str
+    seconds: float
+    cached: int
+
+
 @dataclass
 class _Row:
     """One prompt being generated: its sequence in the KV cache, sampler and new tokens."""
@@ -153,6 +163,8 @@ class _Row:
     temperature: float
     seed: int | None
     seq: int = -1
+    cached: int = 0
+    """Prompt tokens copied from a live sequence's KV cells, not decoded (the cache hit, billed as such)."""
     cursor: int = 0
     """Prompt tokens in the row's KV cells so far (a prompt is decoded in chunks, with other rows)."""
     sampler: Any = None
@@ -308,6 +320,7 @@ class LlamaCppLLM(BatchLLM):
         if keep > 0:
             self._c.llama_memory_seq_cp(self._ctx.memory, donor, row.seq, 0, keep)
         self._live[row.seq] = row.prompt[:keep]
+        row.cached = keep
         pinned.add(row.seq)
         if donor >= 0 and donor not in pinned and shared == len(self._live[donor]):
             self._drop(donor)  # all it held is a prefix of the new sequence: nothing left to share
@@ -432,8 +445,8 @@ class LlamaCppLLM(BatchLLM):
         self.rows_preempted += 1
 
     def generate_many(self, prompts: list[list[int]], *, max_tokens: int, temperature: float,
-                      stop_texts: list[tuple[str, ...]], seeds: list[int | None]) -> list[tuple[list[int], str, float]]:
-        """(new tokens up to and including the stop token, finish reason, seconds) per prompt, in order.
+                      stop_texts: list[tuple[str, ...]], seeds: list[int | None]) -> list[Generated]:
+        """What each prompt generated (`Generated`), in prompt order.
 
         Rows run in prompt order (shared prefixes next to each other), `n_parallel` at a time. Calls
         from other threads that arrive while the engine is busy join the running batch at its next
@@ -465,7 +478,7 @@ class LlamaCppLLM(BatchLLM):
             ticket.done.wait(_POLL_S)
         if ticket.error is not None:
             raise ticket.error
-        return [(r.new, r.finish or "length", r.seconds) for r in rows]
+        return [Generated(r.new, r.finish or "length", r.seconds, r.cached) for r in rows]
 
     def _run_tickets(self, tickets: list[_Ticket], own: _Ticket | None = None) -> None:
         """Continuous batching: decode the rows of `tickets` in lockstep, `n_parallel` at a time,
@@ -554,6 +567,6 @@ class LlamaCppLLM(BatchLLM):
         done = self.generate_many(prompts, max_tokens=max_tokens, temperature=temperature,
                                   stop_texts=[((CLOSE,) if t else ()) + extra for t in row_tools], seeds=seeds)
         return [Completion(text=cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), extra)[0].strip(),
-                           usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(new)),
+                           usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(new), cached_prompt_tokens=cached),
                            latency_s=seconds, model=self.model, finish_reason=finish)
-                for prompt, (new, finish, seconds) in zip(prompts, done, strict=True)]
+                for prompt, (new, finish, seconds, cached) in zip(prompts, done, strict=True)]

@@ -143,6 +143,8 @@ class OpenAILLM(LLM):
             usage=Usage(
                 prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                 completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                # OpenAI's and vLLM's (--enable-prompt-tokens-details) prefix-cache hits
+                cached_prompt_tokens=getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0,
             ),
             latency_s=latency,
             model=response.model or self.model,

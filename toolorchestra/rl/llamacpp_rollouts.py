@@ -54,8 +54,8 @@ class LlamaCppRolloutPolicy(RolloutPolicy):
                                              stop_texts=[(CLOSE,)] * len(batch), seeds=seeds)
         except LLMError as exc:
             raise LLMError(f"rollout generation on llama.cpp failed: {exc}") from exc
-        return [self.record(messages, context, new, finish, seconds)
-                for messages, context, (new, finish, seconds) in zip(batch, contexts, done, strict=True)]
+        return [self.record(messages, context, g.new, g.finish, g.seconds)
+                for messages, context, g in zip(batch, contexts, done, strict=True)]
 
 
 class LlamaCppRollouts:

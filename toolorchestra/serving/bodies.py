@@ -30,10 +30,11 @@ def orchestra_summary(trajectory: Trajectory, served: ServedModel, preference_so
             "preference": trajectory.preference, "preference_source": preference_source, "trajectory": summary}
 
 
-def usage_body(trajectory: Trajectory) -> dict[str, int]:
+def usage_body(trajectory: Trajectory) -> dict[str, Any]:
     total = usage_totals(trajectory)
     return {"prompt_tokens": total.prompt_tokens, "completion_tokens": total.completion_tokens,
-            "total_tokens": total.total_tokens}
+            "total_tokens": total.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": total.cached_prompt_tokens}}
 
 
 def sse(body: dict[str, Any]) -> str:

@@ -109,8 +109,12 @@ def test_live_sequences_reuse_turns_without_changing_replies(tiny_folder, engine
     again = [engine.chat(m, tools=TOOLS, max_tokens=8) for m in follow]
     encoded = engine.prompt_tokens_encoded - encoded_before
     assert encoded < sum(c.usage.prompt_tokens for c in again) / 4  # most of each prompt was live
+    # ... and each reply says how much of its prompt came from the cache
+    assert sum(c.usage.prompt_tokens - c.usage.cached_prompt_tokens for c in again) == encoded
     fresh = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
-    assert [c.text for c in again] == [fresh.chat(m, tools=TOOLS, max_tokens=8).text for m in follow]
+    cold = [fresh.chat(m, tools=TOOLS, max_tokens=8) for m in follow]
+    assert [c.text for c in again] == [c.text for c in cold]
+    assert cold[0].usage.cached_prompt_tokens == 0 < cold[1].usage.cached_prompt_tokens  # a cold start computes all
     assert other.text == fresh.chat(PROMPTS[2], tools=TOOLS, max_tokens=8).text
 
 
@@ -331,8 +335,11 @@ def test_a_call_arriving_mid_batch_joins_it_at_the_next_step(tiny_folder, engine
     reply = shared.chat(PROMPTS[0], max_tokens=40)
     late["thread"].join(timeout=30)
     short, returned_at = late["reply"]
-    assert (reply.text, reply.usage) == (long_alone.text, long_alone.usage)
-    assert (short.text, short.usage) == (short_alone.text, short_alone.usage)
+    def tokens(c):  # cache hits depend on what the engine ran before; the tokens must not
+        return c.usage.prompt_tokens, c.usage.completion_tokens
+
+    assert (reply.text, tokens(reply)) == (long_alone.text, tokens(long_alone))
+    assert (short.text, tokens(short)) == (short_alone.text, tokens(short_alone))
     assert shared.tickets_joined == 1
     assert 2 in steps[3:]  # decode steps with both rows
     assert returned_at < len(steps)  # the short call returned while the long one was still decoding

@@ -74,10 +74,19 @@ def make(server, **kw):
 def test_completion_reports_tokens_latency_and_sends_key(server):
     out = make(server).chat([{"role": "user", "content": "hi"}], max_tokens=5)
     assert out.text == "hello" and out.usage.prompt_tokens == 11 and out.usage.completion_tokens == 3
+    assert out.usage.cached_prompt_tokens == 0  # the server reported no cache hits
     assert out.latency_s > 0
     assert server.requests[0]["auth"] == "Bearer sk-secret-key-123"
     assert server.requests[0]["body"]["max_tokens"] == 5
     assert "stop" not in server.requests[0]["body"]
+
+
+def test_prefix_cache_hits_the_server_reports_are_kept(server):
+    body = ok_body()
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": 8}  # OpenAI's field; vLLM's with prompt details on
+    server.steps.append((200, body, 0))
+    out = make(server).chat([{"role": "user", "content": "hi"}], max_tokens=5)
+    assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens) == (11, 8)
 
 
 def test_stop_strings_go_to_the_server(server):

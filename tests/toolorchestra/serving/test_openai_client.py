@@ -31,8 +31,10 @@ def test_answer_with_usage_cost_and_trajectory(serve):
     assert "391" in trajectory["turns"][0]["observation"]
     # usage: both policy turns (the code interpreter uses no tokens); cost: tokens at the policy's price + the call
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (400, 40, 440)
+    assert reply.usage.prompt_tokens_details.cached_tokens == 150  # OpenAI's field for prefix-cache hits
+    # cache hits are reported, not discounted: every prompt token costs the input price
     assert extra["cost_usd"] == pytest.approx((400 * 1.0 + 40 * 2.0) / 1e6 + 0.0001)
-    assert extra["tokens"] == {"calculator": {"prompt_tokens": 400, "completion_tokens": 40}}
+    assert extra["tokens"] == {"calculator": {"prompt_tokens": 400, "completion_tokens": 40, "cached_prompt_tokens": 150}}
     assert extra["stop_reason"] == "final_message" and extra["model_version"] == "models:/orchestrator/1"
 
 
