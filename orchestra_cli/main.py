@@ -76,7 +76,8 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:  # click usage errors carry their own exit code
         import click
 
-        if isinstance(exc, click.ClickException):
+        # typer >= 0.29 raises its own vendored click's exceptions (a `typer.TyperException`)
+        if isinstance(exc, click.ClickException | typer.TyperException) and hasattr(exc, "show"):
             exc.show()
             return exc.exit_code
         raise

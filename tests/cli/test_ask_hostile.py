@@ -1,6 +1,7 @@
 """`orchestra ask` against a scripted OpenAI-compatible policy on loopback: the prompt carries the
 price sheet of training; a lone surrogate in the model's tool arguments still gives valid `--json`;
-a failing policy endpoint is a non-zero exit; an unknown `--tools` name is a one-line error (exit 2)."""
+a failing policy endpoint is a non-zero exit; an unknown `--tools` name is a one-line error (exit 2),
+as is a bad option value."""
 
 from __future__ import annotations
 
@@ -66,6 +67,15 @@ def test_an_unknown_tool_is_a_one_line_error(tmp_path, capsys):
     assert main(["ask", "hi", "--catalog", str(catalog), "--tools", "code_interpreter,nosuch"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: <config>: --tools: nosuch: not in the catalog; its tools: code_interpreter", err
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [("--engine", "gpu", "'gpu' is not one of"),
+                                                       ("--max-turns", "0", "greater than or equal to 1")])
+def test_a_bad_option_value_is_a_usage_error_not_a_traceback(option, value, says, capsys):
+    # typer >= 0.29 raises its vendored click's exceptions, which the entry point once let through
+    assert main(["ask", "hi", option, value]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
 
 
 def test_ask_shows_the_policy_the_prompt_of_training_with_its_price_sheet(tmp_path, capsys, monkeypatch):
