@@ -1,6 +1,7 @@
 """Load test of `orchestra serve-model`: N concurrent chat completions over loopback HTTP.
 
     python benchmarks/bench_serve.py [--requests 32] [--policy tiny|smollm2] [--max-tokens 16] [--json]
+    python benchmarks/bench_serve.py --compare-engines [--policy smollm2] [--requests 16] [--json]
 
 The server is the real app (`toolorchestra.serving`) under uvicorn on 127.0.0.1 with a bearer
 token; the client is the official `openai` package (async, all requests in flight at once). The
@@ -13,6 +14,11 @@ Two servers in the same run: micro-batched (`--max-batch`, 10 ms window: concurr
 one batched generation per turn) and one-at-a-time (`max_batch=1`, the baseline: what a lock
 around each request would give). Printed: p50/p95 latency, requests/s, mean batch size, and the
 throughput ratio batched / one-at-a-time. `--json`: the last line is one JSON object.
+
+`--compare-engines`: instead, the micro-batched server with the policy on transformers and then on
+llama.cpp (the same weights converted to GGUF, what `serve-model --engine auto` runs on a CPU; the
+conversion is not timed), and the throughput ratio llama.cpp / transformers, with how many prompt
+tokens llama.cpp read from its prefix cache.
 """
 
 from __future__ import annotations
@@ -114,7 +120,26 @@ def measure(llm, settings, *, requests: int, max_batch: int, max_tokens: int) ->
     quantiles = statistics.quantiles(latencies, n=20)
     return {"requests": requests, "max_batch": max_batch, "p50_s": statistics.median(latencies),
             "p95_s": quantiles[18], "requests_per_s": requests / wall, "wall_s": wall,
-            "mean_batch": total / count if count else 0.0}
+            "mean_batch": total / count if count else 0.0,
+            "prompt_tokens_encoded": getattr(llm, "prompt_tokens_encoded", None)}
+
+
+def compare_engines(llm, settings, args) -> None:
+    """The micro-batched server on transformers, then on llama.cpp (same weights, same requests)."""
+    from toolorchestra.llm.config import as_engine
+
+    rows = {"transformers": measure(llm, settings, requests=args.requests, max_batch=args.max_batch,
+                                    max_tokens=args.max_tokens)}
+    rows["llamacpp"] = measure(as_engine(llm, "llamacpp", settings), settings, requests=args.requests,
+                               max_batch=args.max_batch, max_tokens=args.max_tokens)
+    ratio = rows["llamacpp"]["requests_per_s"] / rows["transformers"]["requests_per_s"]
+    for name, row in rows.items():
+        print(f"{name:>13}: {row['requests']} concurrent requests, p50 {row['p50_s']:.2f}s, p95 {row['p95_s']:.2f}s, "
+              f"{row['requests_per_s']:.3f} req/s, mean batch {row['mean_batch']:.1f}")
+    print(f"throughput ratio llama.cpp / transformers: {ratio:.2f}x  (policy {args.policy}, every response checked; "
+          f"llama.cpp decoded {rows['llamacpp']['prompt_tokens_encoded']} prompt tokens itself, the rest from its cache)")
+    if args.json:
+        print(json.dumps({"policy": args.policy, "engines": rows, "engine_ratio": ratio}))
 
 
 def main() -> None:
@@ -123,6 +148,8 @@ def main() -> None:
     parser.add_argument("--policy", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens per policy turn")
+    parser.add_argument("--compare-engines", action="store_true",
+                        help="micro-batched server on transformers vs llama.cpp (instead of batched vs one at a time)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -133,6 +160,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(workspace=Path(tmp), state_dir=Path(tmp) / ".orchestra")
         llm = policy_llm(args.policy)
+        if args.compare_engines:
+            compare_engines(llm, settings, args)
+            return
         batched = measure(llm, settings, requests=args.requests, max_batch=args.max_batch, max_tokens=args.max_tokens)
         single = measure(llm, settings, requests=args.requests, max_batch=1, max_tokens=args.max_tokens)
     ratio = batched["requests_per_s"] / single["requests_per_s"]

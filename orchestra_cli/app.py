@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 import typer
 from rich.console import Console
 
@@ -15,3 +17,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+class Engine(str, Enum):
+    """`--engine` of the commands that run a fixed policy (`toolorchestra.llm.config.pick_engine`)."""
+
+    auto = "auto"
+    transformers = "transformers"
+    llamacpp = "llamacpp"
+
+
+ENGINE_HELP = "engine of the policy and the catalog's local experts: auto = llama.cpp on a CPU, transformers on a GPU"

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestra_cli.app import app
+from orchestra_cli.app import ENGINE_HELP, Engine, app
 
 
-def resolve_policy(catalog, policy: str | None, settings):
-    """The policy LLM and its price: a catalog alias, or a transformers model folder."""
+def resolve_policy(catalog, policy: str | None, settings, engine=None):
+    """The policy LLM and its price: a catalog alias, or a transformers model folder; its local
+    model on `engine` (None: as the catalog says, transformers for a folder)."""
     from toolorchestra.core.errors import ConfigError
-    from toolorchestra.llm.config import LocalLLMConfig, build_llm
+    from toolorchestra.llm.config import LocalLLMConfig, build_llm, on_engine
     from toolorchestra.tools.catalog import Price
 
     name = policy or catalog.policy
@@ -21,11 +22,11 @@ def resolve_policy(catalog, policy: str | None, settings):
         raise ConfigError(None, "no policy given and the catalog names none: pass --policy ALIAS|FOLDER")
     if name in catalog.models:
         entry = catalog.models[name]
-        return build_llm(entry.backend, settings), entry.price
+        return build_llm(on_engine(entry.backend, engine), settings), entry.price
     folder = Path(name).expanduser()
     if folder.is_dir():
         default_price = catalog.models[catalog.policy].price if catalog.policy else Price()
-        return build_llm(LocalLLMConfig(model=str(folder.resolve())), settings), default_price
+        return build_llm(on_engine(LocalLLMConfig(model=str(folder.resolve())), engine), settings), default_price
     raise ConfigError(
         None, f"--policy {name!r} is neither a catalog model alias ({', '.join(sorted(catalog.models))}) "
         "nor a model folder", key="policy",
@@ -61,35 +62,39 @@ def ask(
         help="a domain folder (db.json): local search keeps to its records and the code interpreter holds them")] = None,
     trace: Annotated[bool, typer.Option(help="log the trajectory as an MLflow trace (experiment orchestra-ask)")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    engine: Annotated[Engine, typer.Option(help=ENGINE_HELP)] = Engine.auto,
 ) -> None:
     """Run the orchestrator on QUESTION and print its trajectory."""
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import json_text
     from toolorchestra.core.settings import load_settings
+    from toolorchestra.llm.config import as_engine, catalog_llms, pick_engine
     from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars, system_prompt
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
 
     settings = load_settings()
+    local_engine = pick_engine(engine.value)
     cat = load_catalog(catalog) if catalog else None
     observation_limit: dict[str, int] = {}
     manifest: dict[str, Any] = {}
     if is_registry_ref(policy):  # models:/NAME@ALIAS or models:/NAME/VERSION from the MLflow registry
         registered = load_registered(policy, settings)
-        llm, price = registered.llm, registered.price
+        llm, price = as_engine(registered.llm, local_engine, settings), registered.price
         cat = cat or registered.catalog  # by default, the tools and prices it was trained with
         observation_limit = {"max_observation_chars": observation_chars(registered.manifest)}
         manifest = registered.manifest
     else:
         cat = cat or load_embedded_catalog()
-        llm, price = resolve_policy(cat, policy, settings)
+        llm, price = resolve_policy(cat, policy, settings, local_engine)
     only = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
     unknown = sorted(set(only or []) - {t.name for t in cat.tools})
     if unknown:
         raise ConfigError(None, f"{', '.join(unknown)}: not in the catalog; its tools: "
                           f"{', '.join(t.name for t in cat.tools)}", key="--tools")
-    toolbox = build_toolbox(cat, settings, only=only, **observation_limit)
+    toolbox = build_toolbox(cat, settings, only=only, llm_for=catalog_llms(cat.models, local_engine, settings),
+                            **observation_limit)
     if domain is not None:  # as a QA episode of that domain sees its tools
         from toolorchestra.envs.domain import load_domain
         from toolorchestra.envs.records import sandbox_files

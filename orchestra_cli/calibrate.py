@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.app import app
+from orchestra_cli.app import ENGINE_HELP, Engine, app
 
 
 @app.command()
@@ -21,6 +21,7 @@ def calibrate(
     max_turns: Annotated[int, typer.Option(min=1)] = 3,
     dry_run: Annotated[bool, typer.Option(help="print the curve and the choice; record nothing")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    engine: Annotated[Engine, typer.Option(help=ENGINE_HELP)] = Engine.auto,
 ) -> None:
     """Sweep the cost weight on calibration tasks, print the accuracy-cost curve, record the choice."""
     from rich.console import Console
@@ -28,6 +29,7 @@ def calibrate(
 
     from toolorchestra.core.errors import ConfigError
     from toolorchestra.core.settings import load_settings
+    from toolorchestra.llm.config import pick_engine
     from toolorchestra.registry.policy import load_registered
     from toolorchestra.serving.calibrate import calibrate as run_calibration
     from toolorchestra.serving.calibrate import load_tasks, record
@@ -40,7 +42,7 @@ def calibrate(
     settings = load_settings()
     folder = tasks if tasks.is_absolute() else settings.workspace / tasks
     items = load_tasks(folder, max_tasks)
-    served = served_from(load_registered(model, settings), settings)
+    served = served_from(load_registered(model, settings), settings, engine=pick_engine(engine.value))
     result = run_calibration(served, items, budget, sweep, max_turns=max_turns)
     run_id = record(result, served, settings) if result.chosen is not None and not dry_run else None
     if as_json:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from orchestra_cli.app import app, err_console
+from orchestra_cli.app import ENGINE_HELP, Engine, app, err_console
 
 
 @app.command("serve-model")
@@ -20,6 +20,7 @@ def serve_model(
     max_queue: Annotated[int, typer.Option(min=1, help="waiting requests before 429")] = 64,
     timeout: Annotated[float, typer.Option(min=0.1, help="seconds a request may take before 504")] = 300.0,
     trace_sample_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of requests logged as MLflow traces")] = 0.0,
+    engine: Annotated[Engine, typer.Option(help=ENGINE_HELP)] = Engine.auto,
 ) -> None:
     """Serve MODEL: POST /v1/chat/completions, GET /v1/models, /health, /metrics."""
     import uvicorn
@@ -30,7 +31,7 @@ def serve_model(
 
     config = ServeConfig(model=model, host=host, port=port, token=token_from_env(), max_batch=max_batch,
                          batch_window_ms=batch_window_ms, max_queue=max_queue, request_timeout_s=timeout,
-                         trace_sample_rate=trace_sample_rate)
+                         trace_sample_rate=trace_sample_rate, engine=engine.value)
     check_exposure(config)
     settings = load_settings()
     application, served = build_app(config, settings)

@@ -66,6 +66,18 @@ class OpenAILLMConfig(BaseModel):
 LLMConfig = Annotated[LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, Field(discriminator="kind")]
 LocalEngine = Literal["transformers", "llamacpp"]
 """A stage's choice of engine for the local models it runs (the policy under evaluation, ...)."""
+EngineChoice = Literal["auto", "transformers", "llamacpp"]
+"""`ask`, `serve-model` and `calibrate`: an engine, or `auto` (`pick_engine`)."""
+
+
+def pick_engine(engine: EngineChoice, device: str = "auto") -> LocalEngine:
+    """`auto`: llama.cpp where the model would run on the CPU (fixed weights: its lockstep batches and
+    prefix cache), transformers on a GPU."""
+    if engine != "auto":
+        return engine
+    from toolorchestra.llm.local import resolve_device
+
+    return "transformers" if resolve_device(device).startswith("cuda") else "llamacpp"
 
 
 def engine_config(engine: LocalEngine, model: str, *, device: str = "auto") -> LocalLLMConfig | LlamaCppLLMConfig:

@@ -13,6 +13,7 @@ import os
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from toolorchestra.core.errors import ConfigError
+from toolorchestra.llm.config import EngineChoice
 
 TOKEN_ENV = "ORCHESTRA_SERVE_TOKEN"
 DEFAULT_MODEL = "models:/orchestrator@champion"
@@ -34,6 +35,8 @@ class ServeConfig(BaseModel):
     max_turns_limit: int = Field(32, ge=1, description="the most turns a request may ask for")
     max_models: int = Field(2, ge=1, description="registered versions kept loaded at once")
     trace_sample_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of requests logged as MLflow traces")
+    engine: EngineChoice = Field("auto", description="engine of the policy and the catalog's local experts: "
+                                 "auto = llama.cpp on a CPU, transformers on a GPU")
 
     @property
     def auth(self) -> bool:

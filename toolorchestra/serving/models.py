@@ -14,6 +14,7 @@ limits from its manifest, the calibrated default preference (`calibration` tags,
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import Any
 from toolorchestra.agent.loop import Episode, Orchestrator
 from toolorchestra.core.errors import OrchestraError
 from toolorchestra.core.settings import Settings
+from toolorchestra.llm.config import LocalEngine, as_engine, catalog_llms, pick_engine
 from toolorchestra.registry.policy import RegisteredModel, load_registered
 from toolorchestra.registry.store import parse_ref
 from toolorchestra.serving.batcher import Batcher
@@ -78,13 +80,18 @@ def calibrated_vector(tags: dict[str, str]) -> dict[str, float]:
     return {"cost": weight} if weight > 0 else {}
 
 
-def served_from(registered: RegisteredModel, settings: Settings) -> ServedModel:
+def served_from(registered: RegisteredModel, settings: Settings, *, engine: LocalEngine | None = None) -> ServedModel:
+    """A registered version ready to serve; `engine` runs its policy and the catalog's local experts
+    there (None: as loaded and as the catalog says)."""
     from toolorchestra.registry.policy import observation_chars, system_prompt
 
     episode = registered.manifest.get("episode") or {}
+    if engine is not None:
+        registered = dataclasses.replace(registered, llm=as_engine(registered.llm, engine, settings))
     return ServedModel(
         registered=registered,
-        toolbox=build_toolbox(registered.catalog, settings, max_observation_chars=observation_chars(registered.manifest)),
+        toolbox=build_toolbox(registered.catalog, settings, max_observation_chars=observation_chars(registered.manifest),
+                              llm_for=catalog_llms(registered.catalog.models, engine, settings)),
         system_prompt=system_prompt(registered.catalog, registered.manifest),
         max_turns=int(episode.get("max_turns", 6)), max_tokens=int(episode.get("max_tokens", 192)),
         default_vector=calibrated_vector(registered.tags),
@@ -99,7 +106,8 @@ class ModelPool:
                  on_batch: Callable[[int, float], None] | None = None) -> None:
         self.config, self.settings = config, settings
         self.name, self.alias, self.version = parse_ref(config.model)
-        self._loader = loader or (lambda ref: served_from(load_registered(ref, settings), settings))
+        engine = pick_engine(config.engine) if loader is None else None
+        self._loader = loader or (lambda ref: served_from(load_registered(ref, settings), settings, engine=engine))
         self._on_batch = on_batch
         self._loaded: OrderedDict[str, ServedModel] = OrderedDict()
         self._refs: dict[str, str] = {}  # reference -> loaded version id

@@ -286,6 +286,18 @@ def test_engine_is_configuration(tiny_folder, tmp_path):
     assert as_engine(local, "transformers", settings) is local
 
 
+def test_auto_engine_is_llamacpp_on_a_cpu_and_transformers_on_a_gpu(monkeypatch):
+    import torch
+
+    from toolorchestra.llm.config import pick_engine
+
+    assert [pick_engine(e) for e in ("transformers", "llamacpp")] == ["transformers", "llamacpp"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_engine("auto") == "llamacpp"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_engine("auto") == "transformers" and pick_engine("auto", "cpu") == "llamacpp"
+
+
 def test_concurrent_calls_are_merged_and_each_gets_its_own_replies(tiny_folder, engines):
     """Threads calling one engine at once (an evaluation's concurrent expert calls) share batches;
     every caller still gets the replies a lone call would give."""

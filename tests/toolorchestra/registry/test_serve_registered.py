@@ -32,6 +32,8 @@ def test_the_registered_champion_answers_through_the_openai_client(champion):
     settings, version = champion
     app, served = build_app(ServeConfig(token="t0ken", max_turns_limit=2), settings)
     assert served.id == f"orchestrator/{version.version}" and served.tool_names == ["code_interpreter"]
+    # engine auto on a CPU: the registered weights, converted once, run on llama.cpp
+    assert type(served.registered.llm).__name__ == "LlamaCppLLM"
     assert "code_interpreter" in served.system_prompt  # the training prompt carries the price sheet
     with BackgroundServer(app) as url:
         api = openai.OpenAI(base_url=f"{url}/v1", api_key="t0ken", max_retries=0, timeout=120)
