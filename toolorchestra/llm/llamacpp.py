@@ -164,7 +164,7 @@ class _Row:
     seed: int | None
     seq: int = -1
     cached: int = 0
-    """Prompt tokens copied from a live sequence's KV cells, not decoded (the cache hit, billed as such)."""
+    """Prompt tokens copied from a live sequence's KV cells, not decoded (the cache hit its usage reports)."""
     cursor: int = 0
     """Prompt tokens in the row's KV cells so far (a prompt is decoded in chunks, with other rows)."""
     sampler: Any = None
