@@ -169,13 +169,19 @@ def arithmetic(rng: random.Random) -> dict[str, Any]:
     elif form == "product":
         a, b = rng.randint(12, 999), rng.randint(12, 99)
         expression, value = f"{a} * {b}", float(a * b)
-        question = f"What is the product of {a} and {b}?"
+        # half in bare symbols: `orchestra ask "What is 17 * 23?"` is how users ask, and the
+        # warm start had never seen it (no extra draw: the other items stay as they were)
+        question = f"What is {a} * {b}?" if a % 2 else f"What is the product of {a} and {b}?"
     elif form == "percent":
         pct, base = rng.choice((5, 10, 12, 15, 20, 25, 30, 40, 75)), rng.randint(20, 4000)
         # no round(): an integer percentage of an integer has at most 2 decimals, and a
         # calculation that opened with `round(` as an aggregate does made the warm-started policy
         # loop on `round(round(...` (9 of 36 calculations, 2026-12-03)
-        expression, value = f"{pct} * {base} / 100", pct * base / 100
+        # bracketed: `print(PCT * BASE / 100)` was the only golden program that went on from
+        # `print(A * B`, and the warm start answered "What is 17 * 23?" with
+        # print(17 * 23 / 100) = 3.91 (2026-12-06); PCT / 100 * BASE would print float noise
+        # (1.1500000000000001), an integer over 100 prints what the question asks for
+        expression, value = f"({pct} * {base}) / 100", pct * base / 100
         question = f"What is {pct}% of {base}? Round to 2 decimals."
     else:
         a, b, c = rng.randint(12, 999), rng.randint(12, 99), rng.randint(2, 999)

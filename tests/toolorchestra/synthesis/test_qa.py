@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 from helpers.domains import events_db
@@ -80,3 +81,17 @@ def test_counts_and_aggregates_carry_a_program_over_the_records_that_prints_thei
     item = with_program[0]
     assert not _prints_answer(item["program"].replace("print(", "print(1 + "), item["answer"], database)
     assert not _prints_answer("print(rows('no such table'))", item["answer"], database)
+
+
+def test_no_calculation_program_but_a_product_continues_a_products_opening():
+    """The warm start answered "What is 17 * 23?" with print(17 * 23 / 100) = 3.91 while the
+    percentage program read print(PCT * BASE / 100); products are also asked in bare symbols."""
+    from toolorchestra.synthesis.qa import arithmetic
+
+    items = [arithmetic(random.Random(seed)) for seed in range(400)]
+    products = [i for i in items if re.fullmatch(r"print\(\d+ \* \d+\)", i["program"])]
+    assert any(re.fullmatch(r"What is \d+ \* \d+\?", i["question"]) for i in products)
+    assert any(i["question"].startswith("What is the product of") for i in products)
+    for item in items:
+        if item not in products:
+            assert not re.match(r"print\(\d+ \* \d+ [/)]", item["program"]), item
