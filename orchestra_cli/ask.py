@@ -69,7 +69,7 @@ def ask(
     from toolorchestra.core.errors import ConfigError, OrchestraError
     from toolorchestra.core.fs import json_text
     from toolorchestra.core.settings import load_settings
-    from toolorchestra.llm.config import as_engine, catalog_llms, pick_engine
+    from toolorchestra.llm.config import catalog_llms, pick_engine
     from toolorchestra.registry.policy import is_registry_ref, load_registered, observation_chars, system_prompt
     from toolorchestra.tools.catalog import load_catalog, load_embedded_catalog
     from toolorchestra.tools.toolbox import build_toolbox
@@ -80,8 +80,8 @@ def ask(
     observation_limit: dict[str, int] = {}
     manifest: dict[str, Any] = {}
     if is_registry_ref(policy):  # models:/NAME@ALIAS or models:/NAME/VERSION from the MLflow registry
-        registered = load_registered(policy, settings)
-        llm, price = as_engine(registered.llm, local_engine, settings), registered.price
+        registered = load_registered(policy, settings, engine=local_engine)
+        llm, price = registered.llm, registered.price
         cat = cat or registered.catalog  # by default, the tools and prices it was trained with
         observation_limit = {"max_observation_chars": observation_chars(registered.manifest)}
         manifest = registered.manifest

@@ -42,7 +42,8 @@ def calibrate(
     settings = load_settings()
     folder = tasks if tasks.is_absolute() else settings.workspace / tasks
     items = load_tasks(folder, max_tasks)
-    served = served_from(load_registered(model, settings), settings, engine=pick_engine(engine.value))
+    local_engine = pick_engine(engine.value)
+    served = served_from(load_registered(model, settings, engine=local_engine), settings, engine=local_engine)
     result = run_calibration(served, items, budget, sweep, max_turns=max_turns)
     run_id = record(result, served, settings) if result.chosen is not None and not dry_run else None
     if as_json:

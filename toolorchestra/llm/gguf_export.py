@@ -33,11 +33,14 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
 CONVERTER_VERSION = "1"
 
 
-def ensure_gguf(folder: str | Path, cache_root: Path, *, weights: GGUFWeights = "f16") -> Path:
-    """The cached GGUF of the checkpoint `folder`, converted on first use."""
+def ensure_gguf(folder: str | Path, cache_root: Path, *, weights: GGUFWeights = "f16",
+                digest: str | None = None) -> Path:
+    """The cached GGUF of the checkpoint `folder`, converted on first use. `digest`: the weights'
+    hash when the caller already knows it (a registered model's manifest records it), so a cached
+    file is found without reading the weights."""
     folder = Path(folder)
     read_config(folder)  # a clear error before hashing gigabytes of a folder we cannot convert
-    digest = weights_sha256(folder)
+    digest = digest or weights_sha256(folder)
     target = cache_root / "gguf" / f"{digest[:24]}-{weights}-v{CONVERTER_VERSION}.gguf"
     if target.is_file():
         return target

@@ -199,7 +199,7 @@ class LlamaCppLLM(BatchLLM):
         from llama_cpp import _internals
         from transformers import AutoTokenizer
 
-        gguf_file = Path(gguf_file)
+        self.gguf_file = gguf_file = Path(gguf_file)
         if not gguf_file.is_file():
             raise ConfigError(gguf_file, "GGUF file not found")
         if isinstance(tokenizer, (str, Path)):

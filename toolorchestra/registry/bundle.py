@@ -12,7 +12,7 @@ artifacts:
   policy's catalog alias).
 
 `prepare_bundle(checkpoint, work)` builds both; `load_bundle(artifacts)` returns the policy
-(`LocalLLM`), the catalog and the manifest. The package's own code travels with the model
+(`LocalLLM`, or `LlamaCppLLM` for `engine="llamacpp"`), the catalog and the manifest. The package's own code travels with the model
 (`code_paths`), and `pip_requirements()` pins the libraries it needs to their installed versions.
 """
 
@@ -94,12 +94,10 @@ def prepare_bundle(checkpoint: str | Path, work: str | Path, *, max_corpus_mb: f
     return {WEIGHTS: str(weights), ORCHESTRATOR: str(orchestrator)}
 
 
-def load_bundle(artifacts: Mapping[str, str | Path], *, device: str = "auto") -> tuple[Any, Catalog, dict[str, Any]]:
-    """(policy LLM, catalog, manifest) from the artifact folders of a registered model."""
-    import mlflow
-
-    from toolorchestra.llm.local import LocalLLM, resolve_device
-
+def load_bundle(artifacts: Mapping[str, str | Path], *, device: str = "auto", engine: str | None = None,
+                cache_root: Path | None = None) -> tuple[Any, Catalog, dict[str, Any]]:
+    """(policy LLM, catalog, manifest) from the artifact folders of a registered model; `engine`
+    "llamacpp" runs the policy on llama.cpp from a GGUF cached under `cache_root`."""
     missing = [k for k in (WEIGHTS, ORCHESTRATOR) if k not in artifacts]
     if missing:
         raise ConfigError(None, f"not an orchestrator model: artifacts {missing} are missing", key="artifacts")
@@ -107,6 +105,15 @@ def load_bundle(artifacts: Mapping[str, str | Path], *, device: str = "auto") ->
     manifest = json.loads((orchestrator / MANIFEST).read_text(encoding="utf-8"))
     catalog = parse_catalog(json.loads((orchestrator / CATALOG).read_text(encoding="utf-8")),
                             source=orchestrator / CATALOG, base_dir=orchestrator.resolve())
+    name = manifest.get("name", "orchestrator")
+    if engine == "llamacpp":
+        if cache_root is None:
+            raise ConfigError(None, "the llama.cpp engine needs a cache folder for the GGUF", key="cache_root")
+        return _on_llamacpp(Path(artifacts[WEIGHTS]), manifest, cache_root, name=name), catalog, manifest
+    import mlflow
+
+    from toolorchestra.llm.local import LocalLLM, resolve_device
+
     components = mlflow.transformers.load_model(str(artifacts[WEIGHTS]), return_type="components")
     model, tokenizer = components["model"], components["tokenizer"]
     target = resolve_device(device)
@@ -114,8 +121,31 @@ def load_bundle(artifacts: Mapping[str, str | Path], *, device: str = "auto") ->
         import torch
 
         model = model.to(device=target, dtype=torch.bfloat16)
-    llm = LocalLLM.from_model(model, tokenizer, name=manifest.get("name", "orchestrator"))
+    llm = LocalLLM.from_model(model, tokenizer, name=name)
     return llm, catalog, manifest
+
+
+def _on_llamacpp(weights: Path, manifest: Mapping[str, Any], cache_root: Path, *, name: str) -> Any:
+    """The bundled weights on llama.cpp without loading them into torch: the GGUF is converted
+    from the bundle's files once and found again by the manifest's weights hash (a process that
+    loaded, re-saved and hashed 540 MB of weights at every `ask` now reads only the tokenizer)."""
+    import tempfile
+
+    from toolorchestra.llm.gguf_export import ensure_gguf
+    from toolorchestra.llm.llamacpp import LlamaCppLLM
+
+    model, tokenizer = weights / "model", weights / "components" / "tokenizer"  # mlflow.transformers' layout
+    if not (model / "config.json").is_file() or not tokenizer.is_dir():
+        raise ConfigError(weights, "not an MLflow transformers model: no model/config.json or components/tokenizer")
+    known = manifest.get("weights_sha256")
+    # namespaced: the bundle's files are a re-save of the checkpoint, not byte-identical to it
+    digest = f"bundle-{known}" if isinstance(known, str) and known else None
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_root) as tmp:  # the converter reads one folder: link both
+        for part in (*model.iterdir(), *tokenizer.iterdir()):
+            (Path(tmp) / part.name).symlink_to(part.resolve())
+        gguf = ensure_gguf(tmp, cache_root, digest=digest)
+    return LlamaCppLLM(gguf, tokenizer, name=name)
 
 
 def policy_price(catalog: Catalog, manifest: Mapping[str, Any]) -> Any:

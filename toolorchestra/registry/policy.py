@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.core.settings import Settings
 from toolorchestra.llm.base import LLM
 from toolorchestra.tools.catalog import Catalog, Price
+
+if TYPE_CHECKING:
+    from toolorchestra.llm.config import LocalEngine
 
 
 @dataclass
@@ -40,12 +43,16 @@ class RegisteredModel:
         return f"models:/{self.name}/{self.version}"
 
 
-def load_registered(ref: str, settings: Settings, *, device: str = "auto") -> RegisteredModel:
+def load_registered(ref: str, settings: Settings, *, device: str = "auto",
+                    engine: LocalEngine | None = None) -> RegisteredModel:
+    """The registered version `ref`, its policy on `engine` (None: transformers on `device`;
+    "llamacpp": its GGUF, converted once and cached under the settings' models cache)."""
     from toolorchestra.registry.bundle import load_bundle, policy_price
     from toolorchestra.registry.store import artifact_paths, download
 
     folder, version = download(ref, settings)
-    llm, catalog, manifest = load_bundle(artifact_paths(folder), device=device)
+    llm, catalog, manifest = load_bundle(artifact_paths(folder), device=device, engine=engine,
+                                         cache_root=settings.models_cache)
     llm.model = f"{version.name}/v{version.version}"
     return RegisteredModel(llm=llm, catalog=catalog, manifest=manifest, price=policy_price(catalog, manifest),
                            name=version.name, version=str(version.version), run_id=version.run_id,

@@ -107,7 +107,7 @@ class ModelPool:
         self.config, self.settings = config, settings
         self.name, self.alias, self.version = parse_ref(config.model)
         engine = pick_engine(config.engine) if loader is None else None
-        self._loader = loader or (lambda ref: served_from(load_registered(ref, settings), settings, engine=engine))
+        self._loader = loader or (lambda ref: served_from(load_registered(ref, settings, engine=engine), settings, engine=engine))
         self._on_batch = on_batch
         self._loaded: OrderedDict[str, ServedModel] = OrderedDict()
         self._refs: dict[str, str] = {}  # reference -> loaded version id

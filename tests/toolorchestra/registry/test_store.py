@@ -78,6 +78,34 @@ def test_load_policy_for_orchestra_ask(registered, module_mlflow_settings, check
         load_policy("models:/orchestrator", mlflow_settings)
 
 
+def test_a_registered_policy_on_llamacpp_never_loads_its_weights_into_torch(registered, module_mlflow_settings,
+                                                                             monkeypatch):
+    """`ask` and the server on a CPU: the GGUF is converted from the bundle once and found again by
+    the manifest's weights hash; before, every start loaded, re-saved and hashed the weights."""
+    import mlflow
+
+    from toolorchestra.llm import gguf_export
+
+    mlflow_settings = module_mlflow_settings
+    first = load_registered("models:/orchestrator/1", mlflow_settings, engine="llamacpp")
+    assert type(first.llm).__name__ == "LlamaCppLLM" and first.llm.model == "orchestrator/v1"
+    gguf = first.llm.gguf_file
+    assert gguf.name.startswith(f"bundle-{first.manifest['weights_sha256'][:10]}")
+    greedy = first.llm.chat([{"role": "user", "content": "hi"}], max_tokens=6, temperature=0.0)
+    first.llm.close()
+
+    def refused(*args, **kwargs):
+        raise AssertionError("loaded into torch, converted or hashed again")
+
+    monkeypatch.setattr(mlflow.transformers, "load_model", refused)
+    monkeypatch.setattr(gguf_export, "convert", refused)
+    monkeypatch.setattr(gguf_export, "weights_sha256", refused)
+    again = load_registered("models:/orchestrator/1", mlflow_settings, engine="llamacpp")
+    assert again.llm.gguf_file == gguf
+    assert again.llm.chat([{"role": "user", "content": "hi"}], max_tokens=6, temperature=0.0).text == greedy.text
+    again.llm.close()
+
+
 def test_log_outside_a_run_is_refused(mlflow_settings, checkpoint):
     with pytest.raises(OrchestraError, match="inside an MLflow run"):
         store.log_orchestrator(checkpoint, name="orchestrator", settings=mlflow_settings)
