@@ -103,6 +103,20 @@ def built_features(system_info: str | None = None) -> list[str]:
     return [name for name in CPU_FEATURES if name in on]
 
 
+def load_tokenizer(folder: Path) -> Any:
+    """The checkpoint's tokenizer. A folder with a `tokenizer.json` (every byte-level BPE model
+    this engine runs) loads `PreTrainedTokenizerFast` directly, the class `AutoTokenizer` picks for
+    it: importing `AutoTokenizer` pulls in transformers' model registry, about 3 s of every
+    llama.cpp-only process (`orchestra ask` on a CPU) for nothing."""
+    if (folder / "tokenizer.json").is_file():
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(folder)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
 def check_cpu_features(built: list[str], cpu_flags: set[str] | None) -> None:
     """Refuse a llama.cpp build whose kernels (`built_features`) this CPU cannot run (a wheel built on
     another machine: the Makefile builds for the CPU it runs on), with how to rebuild, before the
@@ -197,14 +211,13 @@ class LlamaCppLLM(BatchLLM):
                  n_ctx: int = N_CTX, n_batch: int = 512, n_threads: int = 1, n_parallel: int = 16) -> None:
         import llama_cpp
         from llama_cpp import _internals
-        from transformers import AutoTokenizer
 
         self.gguf_file = gguf_file = Path(gguf_file)
         if not gguf_file.is_file():
             raise ConfigError(gguf_file, "GGUF file not found")
         if isinstance(tokenizer, (str, Path)):
             self.model = name or Path(tokenizer).name
-            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            self.tokenizer = load_tokenizer(Path(tokenizer))
         else:  # an already loaded tokenizer
             self.model, self.tokenizer = name or gguf_file.stem, tokenizer
         self.device = "cpu"

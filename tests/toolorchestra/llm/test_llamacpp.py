@@ -379,3 +379,21 @@ def test_this_machines_llamacpp_build_runs_on_its_cpu():
     from toolorchestra.llm.llamacpp import _cpu_flags, built_features, check_cpu_features
 
     check_cpu_features(built_features(), _cpu_flags())
+
+
+def test_the_engine_loads_the_tokenizer_auto_tokenizer_would(tiny_folder: Path, tmp_path: Path):
+    """`load_tokenizer` skips AutoTokenizer's import (seconds of every `orchestra ask`), never its
+    result: the same class, chat template and token ids; a folder without tokenizer.json falls back."""
+    from transformers import AutoTokenizer
+
+    from toolorchestra.llm.llamacpp import load_tokenizer
+
+    fast, auto = load_tokenizer(tiny_folder), AutoTokenizer.from_pretrained(tiny_folder)
+    assert type(fast) is type(auto)
+    for messages in PROMPTS:
+        text = fast.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+        assert text == auto.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+        assert fast(text)["input_ids"] == auto(text)["input_ids"]
+    assert (fast.eos_token, fast.all_special_ids) == (auto.eos_token, auto.all_special_ids)
+    with pytest.raises((OSError, ValueError)):  # no tokenizer files at all: AutoTokenizer's own error
+        load_tokenizer(tmp_path)
