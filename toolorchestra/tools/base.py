@@ -60,6 +60,9 @@ class Tool(ABC):
     description: str
     parameters: dict[str, Any]
     """JSON schema of the arguments object."""
+    keep_last_line: bool = False
+    """Whether a long observation keeps its last line when the toolbox shortens it (a program's
+    error or result comes last; a search's best passage first)."""
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI / Hermes function-tool schema shown to the model. Keywords that only

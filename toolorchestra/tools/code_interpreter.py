@@ -41,6 +41,7 @@ class CodeInterpreter(Tool):
     """Runs Python code in a limited child process and returns what it printed."""
 
     name = "code_interpreter"
+    keep_last_line = True
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {

@@ -52,8 +52,16 @@ class CallResult(BaseModel):
     """Tools run inside this one, (name, seconds), each billed at that tool's price."""
 
 
-def _truncate(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n... [truncated {len(text) - limit} characters]"
+def _truncate(text: str, limit: int = MAX_OBSERVATION_CHARS, *, keep_last_line: bool = False) -> str:
+    """`text` cut to about `limit` characters from its head; with `keep_last_line` its last line
+    stays too (a traceback's exception, a program's last printed value): cut from the head only,
+    a failed program's "KeyError: no table 'plats'; tables: ..." never reached the policy."""
+    if len(text) <= limit:
+        return text
+    last = text.rstrip("\n").rsplit("\n", 1)[-1][-limit // 2:] if keep_last_line else ""
+    head = text[:max(0, limit - len(last))]
+    cut = len(text) - len(head) - len(last)
+    return f"{head}\n... [truncated {cut} characters]" + (f" ...\n{last}" if last else "")
 
 
 class Toolbox:
@@ -132,7 +140,8 @@ class Toolbox:
             else:
                 output = tool.run(arguments)
             usage, inner_calls = output.usage, output.inner_calls
-            result = CallResult(observation=_truncate(output.content, self.max_observation_chars), ok=output.ok, usage=usage,
+            result = CallResult(observation=_truncate(output.content, self.max_observation_chars,
+                                                          keep_last_line=tool.keep_last_line), ok=output.ok, usage=usage,
                                 data=output.data, error=None if output.ok else "tool_error", inner_calls=inner_calls)
         except ToolError as exc:
             result = CallResult(observation=f"Error: {name}: {exc}", ok=False, error="tool_error")

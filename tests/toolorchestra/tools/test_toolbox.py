@@ -217,6 +217,28 @@ def test_long_observations_are_truncated():
     assert result.cost_usd == pytest.approx(1.0)
 
 
+def test_a_failed_program_keeps_its_exception_when_its_observation_is_cut(tmp_path):
+    """A trained policy's toolbox cuts observations at its training limit (400 characters in the
+    demo): cut from the head only, a wrong table name's traceback lost the line naming the tables."""
+    from helpers.domains import events_db
+
+    from toolorchestra.envs.domain import Domain
+    from toolorchestra.envs.records import sandbox_files
+    from toolorchestra.episodes.environment import scope_to_domain
+    from toolorchestra.tools.code_interpreter import CodeInterpreter
+
+    domain = Domain("events", events_db())
+    code = scope_to_domain(CodeInterpreter(), domain.name, sandbox_files(domain))
+    box = Toolbox([code], max_observation_chars=400)
+    result = box.call("code_interpreter", {"code": "def deep(n):\n    return deep(n - 1) if n else find('plats', 'id', 'x')\n"
+                                                   "print(deep(8))"})
+    assert len(result.observation) < 700 and "[truncated" in result.observation
+    assert result.observation.startswith("exit status: 1")
+    assert result.observation.rsplit("\n", 1)[-1].startswith("KeyError: \"no table 'plats'; tables: ")
+    # other tools are still cut from the head: a search's best passage comes first
+    assert box.max_observation_chars == 400 and not Toolbox([]).tools
+
+
 def test_unknown_tool_in_subset_is_rejected(settings):
     with pytest.raises(ValueError, match="not in the catalog"):
         toolbox_with(Expert(""), settings, ["no_such_tool"])
