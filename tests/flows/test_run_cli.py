@@ -76,7 +76,8 @@ def test_run_with_the_toy_profile_file(tmp_path, monkeypatch):
     assert proc.returncode == 0, out
     assert (workspace / "params.yaml").read_text() == TINY_PROFILE.read_text()
     assert lock_stages(workspace) == {"synthesize"}
-    # the embedded library domain and the vendored restaurant database (the profile's unseen domain)
-    assert sorted(p.name for p in (workspace / "data" / "toolscale").iterdir()) == ["library", "restaurant"]
+    # the embedded library domain and the vendored databases: movie (trained on) and restaurant
+    # (the profile's unseen domain)
+    assert sorted(p.name for p in (workspace / "data" / "toolscale").iterdir()) == ["library", "movie", "restaurant"]
     tasks = yaml.safe_load((workspace / "data" / "toolscale" / "library" / "tasks.json").read_text())
     assert len(tasks) == yaml.safe_load(TINY_PROFILE.read_text())["synthesize"]["tasks_per_domain"]

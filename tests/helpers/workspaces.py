@@ -26,8 +26,10 @@ def make_project_workspace(root: Path, params: dict | None = None, *, profile: P
     `profile` (a complete parameters file) as its params.yaml; each section of `params` is merged
     over the profile's (top-level keys of a section replace the profile's)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    # every folder dvc.yaml lists as deps (the vendored database the demo ingests as its unseen domain)
-    for folder in ("pipelines", "stagekit", "toolorchestra", "third_party/toolscale/restaurant", *folders):
+    # every folder dvc.yaml lists as deps (the vendored databases the demo ingests: its unseen
+    # domain and its fourth training domain)
+    for folder in ("pipelines", "stagekit", "toolorchestra", "third_party/toolscale/restaurant",
+                   "third_party/toolscale/movie", *folders):
         shutil.copytree(REPO / folder, root / folder, ignore=ignore)
     for name in ("dvc.yaml", ".dvcignore", ".gitignore", *files):
         shutil.copy(REPO / name, root / name)
