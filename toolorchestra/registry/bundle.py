@@ -12,8 +12,9 @@ artifacts:
   policy's catalog alias).
 
 `prepare_bundle(checkpoint, work)` builds both; `load_bundle(artifacts)` returns the policy
-(`LocalLLM`, or `LlamaCppLLM` for `engine="llamacpp"`), the catalog and the manifest. The package's own code travels with the model
-(`code_paths`), and `pip_requirements()` pins the libraries it needs to their installed versions.
+(`LocalLLM`, or `LlamaCppLLM` for `engine="llamacpp"`), the catalog and the manifest. The
+package's own code travels with the model (`code_paths`), and `pip_requirements()` pins the
+libraries it needs to their installed versions.
 """
 
 from __future__ import annotations

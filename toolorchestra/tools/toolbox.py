@@ -140,8 +140,8 @@ class Toolbox:
             else:
                 output = tool.run(arguments)
             usage, inner_calls = output.usage, output.inner_calls
-            result = CallResult(observation=_truncate(output.content, self.max_observation_chars,
-                                                          keep_last_line=tool.keep_last_line), ok=output.ok, usage=usage,
+            observation = _truncate(output.content, self.max_observation_chars, keep_last_line=tool.keep_last_line)
+            result = CallResult(observation=observation, ok=output.ok, usage=usage,
                                 data=output.data, error=None if output.ok else "tool_error", inner_calls=inner_calls)
         except ToolError as exc:
             result = CallResult(observation=f"Error: {name}: {exc}", ok=False, error="tool_error")

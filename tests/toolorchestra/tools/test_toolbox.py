@@ -235,8 +235,17 @@ def test_a_failed_program_keeps_its_exception_when_its_observation_is_cut(tmp_pa
     assert len(result.observation) < 700 and "[truncated" in result.observation
     assert result.observation.startswith("exit status: 1")
     assert result.observation.rsplit("\n", 1)[-1].startswith("KeyError: \"no table 'plats'; tables: ")
-    # other tools are still cut from the head: a search's best passage comes first
-    assert box.max_observation_chars == 400 and not Toolbox([]).tools
+    # other tools are still cut from the head only: a search's best passage comes first
+    from toolorchestra.tools.base import Tool, ToolOutput
+
+    class Search(Tool):
+        name, description, parameters = "search", "d", {"type": "object"}
+
+        def run(self, arguments):
+            return ToolOutput(content="passage\n" * 100 + "last passage")
+
+    cut = Toolbox([Search()], max_observation_chars=400).call("search", {}).observation
+    assert cut.startswith("passage\n") and "last passage" not in cut and "[truncated" in cut
 
 
 def test_unknown_tool_in_subset_is_rejected(settings):
