@@ -32,7 +32,12 @@ response schema. So the phases are:
    bound is (n-1)/sqrt(n)), so with the default clip of 3 the equality is exact; beyond that a
    clipped group is re-centred by TRL.
 5. **update**: TRL's loss (`loss_type`, PPO-style clipping with `epsilon` / `epsilon_high`, optional
-   KL with `beta`) and optimiser, unchanged.
+   KL with `beta`) and optimiser, unchanged; but the loss runs one row at a time, on the rows
+   that carry a loss token and on the columns each row uses (`loss_rows`). TRL pads every row to
+   the step's longest prompt and completion and shuffles the step's rollouts across micro-batches,
+   so a filtered group's masked rows (3 or 4 of the demo's 8 groups) sat among trained ones: their
+   forward and backward, and every row's padding, added nothing to a loss whose DAPO normaliser
+   spans the whole step.
 
 The real reward statistics (the advantage is what TRL sees as "reward") are logged through TRL's
 `log_metric` under `orchestra/...`: reward mean/std, accuracy, format-valid and answered rates,
@@ -45,6 +50,7 @@ processes, which a single process guarantees.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -184,6 +190,74 @@ class OrchestraAdvantage:
         return [a if a is not None else 0.0 for a in score.advantages]
 
 
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+
+
+def loss_rows(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A GRPO micro-batch as one micro-batch per row that carries a loss token (`completion_mask`
+    times TRL's `tool_mask`, which the rollout function zeroes for a filtered group), each cut to
+    the columns its row uses: no prompt left padding, no completion right padding.
+
+    Summed, their losses are the micro-batch's for the DAPO family (a token sum over the step's
+    `num_items_in_batch`, computed by TRL before this split): a masked row adds zero, a padding
+    column is masked. A trimmed prompt shifts its row's positions by a constant, which rotary
+    position embeddings do not see (float rounding aside). Per-row tensors are those whose first
+    dimension is the batch; per-token ones those of the completion's width (the prompt's are named)."""
+    import torch
+
+    completion_mask, prompt_mask = inputs["completion_mask"], inputs["prompt_mask"]
+    mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+    rows, width = completion_mask.size(0), completion_mask.size(1)
+    out: list[dict[str, Any]] = []
+    for row in range(rows):
+        if not bool(mask[row].any()):
+            continue
+        used = torch.nonzero(completion_mask[row])
+        end = int(used.max()) + 1
+        start = int(torch.nonzero(prompt_mask[row]).min()) if bool(prompt_mask[row].any()) else 0
+        one: dict[str, Any] = {}
+        for key, value in inputs.items():
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != rows:
+                one[key] = value
+                continue
+            value = value[row:row + 1]
+            if key in PROMPT_KEYS:
+                value = value[:, start:]
+            elif value.dim() >= 2 and value.size(1) == width:
+                value = value[:, :end]
+            one[key] = value
+        out.append(one)
+    return out
+
+
+# TRL's loss types whose value is a sum over tokens divided by a normaliser computed for the whole
+# step (`num_items_in_batch`): a micro-batch's loss is the sum of its rows' losses.
+ROW_SEPARABLE_LOSSES = frozenset({"dapo", "cispo", "vespo"})
+
+
+@functools.cache
+def orchestra_grpo_trainer() -> type:
+    """TRL's GRPOTrainer whose loss runs row by row on `loss_rows` (see the module docstring).
+    Built on first use: importing TRL takes seconds."""
+    from trl import GRPOTrainer
+
+    class OrchestraGRPOTrainer(GRPOTrainer):  # type: ignore[misc, valid-type]
+        def rows_separable(self) -> bool:
+            """Whether the loss is a sum of per-row terms: no per-batch entropy quantile or bonus."""
+            return (self.loss_type in ROW_SEPARABLE_LOSSES and self.top_entropy_quantile >= 1.0
+                    and not self._entropy_bonus_enabled)
+
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            if not self.rows_separable():
+                return super()._compute_loss(model, inputs)
+            rows = loss_rows(inputs)
+            if not rows:  # no forward at all; a zero that backward accepts
+                return next(p for p in model.parameters() if p.requires_grad).sum() * 0.0
+            return sum(super(OrchestraGRPOTrainer, self)._compute_loss(model, row) for row in rows)
+
+    return OrchestraGRPOTrainer
+
+
 def batch_stats(rollouts: list[Rollout], score: BatchScore) -> dict[str, float]:
     """The step's orchestrator metrics (rewards and rates over every rollout)."""
     n, rewards, groups = len(rollouts), score.rewards, score.groups
@@ -282,7 +356,6 @@ def build_grpo_trainer(
     import os
 
     import datasets
-    from trl import GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if not instances:
@@ -305,7 +378,7 @@ def build_grpo_trainer(
 
         rollouts.policy_factory = VLLMRollouts(seed=seed)
     compact_fused_head_on_cpu()
-    trainer = GRPOTrainer(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,
+    trainer = orchestra_grpo_trainer()(model=str(model_path), reward_funcs=[reward], args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=callbacks)
     if settings.rollout_engine == "vllm":
         rollouts.policy_factory.bind_trainer(trainer)

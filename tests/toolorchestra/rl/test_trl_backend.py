@@ -161,6 +161,88 @@ def test_a_filtered_group_leaves_the_loss_and_its_normaliser(trainer):
     assert loss_alone != 0 and loss_both == pytest.approx(loss_alone.item(), rel=1e-4)
 
 
+def test_a_micro_batch_forwards_only_the_rows_it_trains(trainer):
+    # TRL shuffles a step's rollouts across micro-batches, so a filtered group's masked rows sit
+    # among trained ones. Before, each still cost a forward and backward that added nothing.
+    from trl import GRPOTrainer
+
+    ScriptedRolloutPolicy.plan = ("golden",) * 4 + PLAN
+    try:
+        both = trainer._generate_and_score_completions(generation_batch(trainer, 8))
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+    order = torch.tensor([4, 0, 5, 1, 6, 2, 7, 3])  # interleaved, as TRL's shuffle leaves them
+    batch = {k: v[order] if isinstance(v, torch.Tensor) and v.dim() and v.size(0) == 8 else v
+             for k, v in both.items()}
+    # a left-padding column no row uses, as a batch of several instances' prompts has
+    batch["prompt_ids"] = torch.cat([torch.zeros_like(batch["prompt_ids"][:, :1]), batch["prompt_ids"]], dim=1)
+    batch["prompt_mask"] = torch.cat([torch.zeros_like(batch["prompt_mask"][:, :1]), batch["prompt_mask"]], dim=1)
+    trainer.current_gradient_accumulation_steps = 1
+    seen: list[tuple[int, ...]] = []
+    hook = trainer.model.register_forward_hook(lambda _m, args, kwargs, _o: seen.append(tuple(kwargs["input_ids"].shape)),
+                                               with_kwargs=True)
+
+    def loss_and_grads(compute):
+        trainer.model.zero_grad()
+        loss = compute(trainer.model, batch)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
+
+    try:
+        loss_all, grads_all = loss_and_grads(lambda m, b: GRPOTrainer._compute_loss(trainer, m, b))
+        loss_kept, grads_kept = loss_and_grads(trainer._compute_loss)
+    finally:
+        hook.remove()
+    width = batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)
+    assert seen[0] == (8, width) and len(seen) == 1 + 4  # then the 4 trained rows, one at a time
+    assert all(shape[0] == 1 and shape[1] < width for shape in seen[1:])
+    assert loss_all != 0 and loss_kept == pytest.approx(loss_all, rel=1e-4)
+    assert len(grads_kept) == len(grads_all)
+    for a, b in zip(grads_kept, grads_all, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
+
+
+def test_a_micro_batch_of_filtered_rows_runs_no_forward(trainer):
+    ScriptedRolloutPolicy.plan = ("golden",) * 4
+    try:
+        out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+    trainer.current_gradient_accumulation_steps = 1
+    calls = []
+    hook = trainer.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        trainer.model.zero_grad()
+        loss = trainer._compute_loss(trainer.model, out)
+        loss.backward()  # the training loop calls backward on whatever comes back
+    finally:
+        hook.remove()
+    assert calls == [] and loss.item() == 0.0
+    assert all(p.grad is None or not p.grad.any() for p in trainer.model.parameters())
+
+
+def test_loss_rows_keep_the_rows_and_columns_a_loss_uses():
+    from toolorchestra.rl.trl_backend import loss_rows
+
+    inputs = {
+        "prompt_ids": torch.tensor([[0, 0, 5, 6], [0, 7, 8, 9], [1, 2, 3, 4]]),
+        "prompt_mask": torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]),
+        "completion_ids": torch.tensor([[10, 11, 0], [12, 0, 0], [13, 14, 15]]),
+        "completion_mask": torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]]),
+        "tool_mask": torch.tensor([[1, 1, 1], [1, 1, 1], [0, 0, 0]]),  # the third row: a filtered group's
+        "advantages": torch.tensor([0.5, -0.5, 0.0]),
+        "num_items_in_batch": torch.tensor(3),
+        "old_per_token_logps": None,
+    }
+    first, second = loss_rows(inputs)
+    assert first["prompt_ids"].tolist() == [[5, 6]] and first["completion_ids"].tolist() == [[10, 11]]
+    assert second["prompt_ids"].tolist() == [[7, 8, 9]] and second["completion_ids"].tolist() == [[12]]
+    assert second["tool_mask"].tolist() == [[1]] and second["advantages"].tolist() == [-0.5]
+    assert second["num_items_in_batch"] == 3 and second["old_per_token_logps"] is None  # the step's, untouched
+    inputs["tool_mask"] = torch.zeros(3, 3, dtype=torch.long)
+    assert loss_rows(inputs) == []
+
+
 def test_the_dead_band_reaches_the_trl_reward(trainer, instance):
     # GRPO settings carry the dead band to the reward function: a huge cost band makes every cost
     # difference "constant", so the right rollouts tie and only accuracy separates them.
