@@ -94,7 +94,7 @@ def ask(
         raise ConfigError(None, f"{', '.join(unknown)}: not in the catalog; its tools: "
                           f"{', '.join(t.name for t in cat.tools)}", key="--tools")
     toolbox = build_toolbox(cat, settings, only=only, llm_for=catalog_llms(cat.models, local_engine, settings),
-                            **observation_limit)
+                            models_on_first_use=True, **observation_limit)
     if domain is not None:  # as a QA episode of that domain sees its tools
         from toolorchestra.envs.domain import load_domain
         from toolorchestra.envs.records import sandbox_files

@@ -32,8 +32,8 @@ response schema. So the phases are:
    bound is (n-1)/sqrt(n)), so with the default clip of 3 the equality is exact; beyond that a
    clipped group is re-centred by TRL.
 5. **update**: TRL's loss (`loss_type`, PPO-style clipping with `epsilon` / `epsilon_high`, optional
-   KL with `beta`) and optimiser, unchanged; but the loss runs one row at a time, on the rows
-   that carry a loss token and on the columns each row uses (`loss_rows`). TRL pads every row to
+   KL with `beta`) and optimiser, unchanged; but the loss runs only on the rows that carry a loss
+   token and on the columns they use, on a CPU one row at a time (`loss_rows`). TRL pads every row to
    the step's longest prompt and completion and shuffles the step's rollouts across micro-batches,
    so a filtered group's masked rows (3 or 4 of the demo's 8 groups) sat among trained ones: their
    forward and backward, and every row's padding, added nothing to a loss whose DAPO normaliser
@@ -193,40 +193,44 @@ class OrchestraAdvantage:
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 
 
-def loss_rows(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A GRPO micro-batch as one micro-batch per row that carries a loss token (`completion_mask`
-    times TRL's `tool_mask`, which the rollout function zeroes for a filtered group), each cut to
-    the columns its row uses: no prompt left padding, no completion right padding.
+def loss_rows(inputs: Mapping[str, Any], *, one_per_row: bool = True) -> list[dict[str, Any]]:
+    """A GRPO micro-batch cut to its rows that carry a loss token (`completion_mask` times TRL's
+    `tool_mask`, which the rollout function zeroes for a filtered group): one micro-batch per row
+    (`one_per_row`, for a CPU) or one of them all (a GPU, where a batch costs no more than a row),
+    each cut to the columns its rows use: no shared prompt left padding or completion right padding.
 
     Summed, their losses are the micro-batch's for the DAPO family (a token sum over the step's
     `num_items_in_batch`, computed by TRL before this split): a masked row adds zero, a padding
-    column is masked. A trimmed prompt shifts its row's positions by a constant, which rotary
+    column is masked. A trimmed prompt shifts its rows' positions by a constant, which rotary
     position embeddings do not see (float rounding aside). Per-row tensors are those whose first
     dimension is the batch; per-token ones those of the completion's width (the prompt's are named)."""
     import torch
 
-    completion_mask, prompt_mask = inputs["completion_mask"], inputs["prompt_mask"]
+    completion_mask = inputs["completion_mask"]
     mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
-    rows, width = completion_mask.size(0), completion_mask.size(1)
-    out: list[dict[str, Any]] = []
-    for row in range(rows):
-        if not bool(mask[row].any()):
-            continue
-        used = torch.nonzero(completion_mask[row])
-        end = int(used.max()) + 1
-        start = int(torch.nonzero(prompt_mask[row]).min()) if bool(prompt_mask[row].any()) else 0
-        one: dict[str, Any] = {}
-        for key, value in inputs.items():
-            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != rows:
-                one[key] = value
-                continue
-            value = value[row:row + 1]
+    kept = [row for row in range(mask.size(0)) if bool(mask[row].any())]
+    groups = [[row] for row in kept] if one_per_row else ([kept] if kept else [])
+    return [_cut(inputs, torch.tensor(rows)) for rows in groups]
+
+
+def _cut(inputs: Mapping[str, Any], rows: Any) -> dict[str, Any]:
+    """`inputs` at `rows`, without the prompt columns and completion columns none of them uses."""
+    import torch
+
+    batch, width = inputs["completion_mask"].size(0), inputs["completion_mask"].size(1)
+    used = torch.nonzero(inputs["completion_mask"][rows].sum(dim=0))
+    end = int(used.max()) + 1 if used.numel() else width
+    prompt_used = torch.nonzero(inputs["prompt_mask"][rows].sum(dim=0))
+    start = int(prompt_used.min()) if prompt_used.numel() else 0
+    out: dict[str, Any] = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == batch:
+            value = value[rows]
             if key in PROMPT_KEYS:
                 value = value[:, start:]
             elif value.dim() >= 2 and value.size(1) == width:
                 value = value[:, :end]
-            one[key] = value
-        out.append(one)
+        out[key] = value
     return out
 
 
@@ -250,10 +254,11 @@ def orchestra_grpo_trainer() -> type:
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             if not self.rows_separable():
                 return super()._compute_loss(model, inputs)
-            rows = loss_rows(inputs)
-            if not rows:  # no forward at all; a zero that backward accepts
+            # On a CPU a padded row costs its padding; on a GPU one batch beats several launches.
+            parts = loss_rows(inputs, one_per_row=self.accelerator.device.type == "cpu")
+            if not parts:  # no forward at all; a zero that backward accepts
                 return next(p for p in model.parameters() if p.requires_grad).sum() * 0.0
-            return sum(super(OrchestraGRPOTrainer, self)._compute_loss(model, row) for row in rows)
+            return sum(super(OrchestraGRPOTrainer, self)._compute_loss(model, part) for part in parts)
 
     return OrchestraGRPOTrainer
 

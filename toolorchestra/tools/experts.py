@@ -35,7 +35,7 @@ import hashlib
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -149,7 +149,7 @@ class ExpertTool(Tool):
         name: str,
         description: str,
         role: str,
-        llms: dict[str, LLM],
+        llms: Mapping[str, LLM],
         *,
         max_tokens: int = 256,
         run_code: Tool | None = None,

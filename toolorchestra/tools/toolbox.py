@@ -14,8 +14,9 @@ prices: the same sandbox run costs the same whoever asks for it.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import jsonschema
@@ -156,6 +157,30 @@ class Toolbox:
         return result
 
 
+class ModelsOnFirstUse(Mapping[str, LLM]):
+    """An expert tool's models (alias -> backend), each built by `build(alias)` when a call first
+    needs it; the aliases are known up front, so the tool's schema and description are unchanged."""
+
+    def __init__(self, aliases: Iterable[str], build: Callable[[str], LLM]) -> None:
+        self._aliases, self._build = list(dict.fromkeys(aliases)), build
+        self._built: dict[str, LLM] = {}
+        self._lock = threading.Lock()  # an episode batch calls its tools from several threads
+
+    def __getitem__(self, alias: str) -> LLM:
+        if alias not in self._aliases:
+            raise KeyError(alias)
+        with self._lock:
+            if alias not in self._built:
+                self._built[alias] = self._build(alias)
+            return self._built[alias]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._aliases)
+
+    def __len__(self) -> int:
+        return len(self._aliases)
+
+
 def build_toolbox(
     catalog: Catalog,
     settings: Settings,
@@ -163,12 +188,17 @@ def build_toolbox(
     llm_for: Callable[[str], LLM] | None = None,
     only: Iterable[str] | None = None,
     max_observation_chars: int = MAX_OBSERVATION_CHARS,
+    models_on_first_use: bool = False,
 ) -> Toolbox:
     """Instantiate the catalog's tools (or those named in `only`); observations are cut at
     `max_observation_chars` (a trained policy's own limit: `registry.policy.observation_chars`).
 
     `llm_for(alias)` returns the backend of a catalog model; by default it is built from the
-    catalog's backend config (local models are loaded once per process).
+    catalog's backend config (local models are loaded once per process). With
+    `models_on_first_use` an expert's models are built when a call first asks them
+    (`ModelsOnFirstUse`): for a one-question run (`orchestra ask`), where most episodes ask no
+    expert and a llama.cpp engine takes ~1.3 s to load. Stages and the server build them up front,
+    so a model that cannot load stops them before the first episode, not as a tool error in it.
     """
     from toolorchestra.llm.config import build_llm
 
@@ -213,7 +243,8 @@ def build_toolbox(
             if backend.role == "search":
                 helpers["retrieval"] = build(catalog.tool(backend.retrieval or ""))
             tool = ExpertTool(entry.name, entry.description, backend.role,
-                              {alias: llm_for(alias) for alias in backend.models},
+                              (ModelsOnFirstUse(backend.models, llm_for) if models_on_first_use
+                               else {alias: llm_for(alias) for alias in backend.models}),
                               max_tokens=backend.max_tokens, parameters=entry.parameters,
                               samples=backend.samples, temperature=backend.temperature, **helpers)
         else:  # pragma: no cover - the union is closed

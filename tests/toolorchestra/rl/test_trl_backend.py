@@ -90,6 +90,15 @@ def generation_batch(trainer, n):
     return [dict(trainer.train_dataset[0]) for _ in range(n)]
 
 
+def scripted(trainer, plan, n):
+    """TRL's generation batch of `n` rollouts whose turns follow `plan` (one behaviour per rollout)."""
+    ScriptedRolloutPolicy.plan = plan
+    try:
+        return trainer._generate_and_score_completions(generation_batch(trainer, n))
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+
+
 def test_trl_advantages_are_the_reward_contracts(trainer, instance):
     out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
     rollouts = trainer.orchestra_rollouts.last
@@ -110,11 +119,7 @@ def test_trl_advantages_are_the_reward_contracts(trainer, instance):
 def test_invalid_rollouts_count_as_wrong_so_a_right_right_invalid_invalid_group_trains(trainer):
     # Before: the two invalid rollouts were dropped, the two right ones tied, and the group was
     # filtered (advantages [0, 0, 0, 0]). The released code keeps them as wrong.
-    ScriptedRolloutPolicy.plan = ("golden", "golden", "malformed", "malformed")
-    try:
-        out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
-    finally:
-        ScriptedRolloutPolicy.plan = PLAN
+    out = scripted(trainer, ("golden", "golden", "malformed", "malformed"), 4)
     assert [r.valid for r in trainer.orchestra_rollouts.last] == [True, True, False, False]
     got = out["advantages"].tolist()
     assert got[0] == got[1] > 0 > got[2] == got[3]
@@ -124,11 +129,7 @@ def test_invalid_rollouts_count_as_wrong_so_a_right_right_invalid_invalid_group_
 
 
 def test_a_group_without_spread_is_filtered(trainer):
-    ScriptedRolloutPolicy.plan = ("golden",) * 4
-    try:
-        out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
-    finally:
-        ScriptedRolloutPolicy.plan = PLAN
+    out = scripted(trainer, ("golden",) * 4, 4)
     assert out["advantages"].tolist() == [0.0] * 4
     assert trainer.orchestra_reward.last_stats["groups_filtered"] == 1.0
     assert trainer.orchestra_reward.last_stats["frac_reward_zero_std"] == 1.0
@@ -142,11 +143,7 @@ def test_a_filtered_group_leaves_the_loss_and_its_normaliser(trainer):
     # Two groups in one batch: all-golden (no spread: filtered) and the mixed plan. Before, the
     # filtered group's tokens stayed in TRL's loss mask with advantage 0 and inflated the DAPO
     # normaliser (num_items_in_batch), so the mixed group's update was diluted.
-    ScriptedRolloutPolicy.plan = ("golden",) * 4 + PLAN
-    try:
-        both = trainer._generate_and_score_completions(generation_batch(trainer, 8))
-    finally:
-        ScriptedRolloutPolicy.plan = PLAN
+    both = scripted(trainer, ("golden",) * 4 + PLAN, 8)
     mask = both["completion_mask"] * both["tool_mask"]
     assert mask[:4].sum() == 0 and mask[4:].sum() > 0
     assert both["num_items_in_batch"] == mask[4:].sum()
@@ -166,11 +163,7 @@ def test_a_micro_batch_forwards_only_the_rows_it_trains(trainer):
     # among trained ones. Before, each still cost a forward and backward that added nothing.
     from trl import GRPOTrainer
 
-    ScriptedRolloutPolicy.plan = ("golden",) * 4 + PLAN
-    try:
-        both = trainer._generate_and_score_completions(generation_batch(trainer, 8))
-    finally:
-        ScriptedRolloutPolicy.plan = PLAN
+    both = scripted(trainer, ("golden",) * 4 + PLAN, 8)
     order = torch.tensor([4, 0, 5, 1, 6, 2, 7, 3])  # interleaved, as TRL's shuffle leaves them
     batch = {k: v[order] if isinstance(v, torch.Tensor) and v.dim() and v.size(0) == 8 else v
              for k, v in both.items()}
@@ -203,11 +196,7 @@ def test_a_micro_batch_forwards_only_the_rows_it_trains(trainer):
 
 
 def test_a_micro_batch_of_filtered_rows_runs_no_forward(trainer):
-    ScriptedRolloutPolicy.plan = ("golden",) * 4
-    try:
-        out = trainer._generate_and_score_completions(generation_batch(trainer, 4))
-    finally:
-        ScriptedRolloutPolicy.plan = PLAN
+    out = scripted(trainer, ("golden",) * 4, 4)
     trainer.current_gradient_accumulation_steps = 1
     calls = []
     hook = trainer.model.register_forward_hook(lambda *_: calls.append(1))
@@ -239,8 +228,12 @@ def test_loss_rows_keep_the_rows_and_columns_a_loss_uses():
     assert second["prompt_ids"].tolist() == [[7, 8, 9]] and second["completion_ids"].tolist() == [[12]]
     assert second["tool_mask"].tolist() == [[1]] and second["advantages"].tolist() == [-0.5]
     assert second["num_items_in_batch"] == 3 and second["old_per_token_logps"] is None  # the step's, untouched
+    [both] = loss_rows(inputs, one_per_row=False)  # a GPU's: the kept rows as one batch
+    assert both["prompt_ids"].tolist() == [[0, 5, 6], [7, 8, 9]]  # only the shared padding goes
+    assert both["completion_ids"].tolist() == [[10, 11], [12, 0]]
+    assert both["advantages"].tolist() == [0.5, -0.5]
     inputs["tool_mask"] = torch.zeros(3, 3, dtype=torch.long)
-    assert loss_rows(inputs) == []
+    assert loss_rows(inputs) == [] and loss_rows(inputs, one_per_row=False) == []
 
 
 def test_the_dead_band_reaches_the_trl_reward(trainer, instance):

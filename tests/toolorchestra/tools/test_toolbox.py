@@ -95,6 +95,31 @@ def test_web_search_without_key_says_not_configured(settings, monkeypatch):
     assert not result.ok and result.error == "tool_error" and "TAVILY_API_KEY" in result.observation
 
 
+def test_with_models_on_first_use_an_expert_loads_its_model_at_its_first_call(settings):
+    # `orchestra ask` builds every expert of the catalog, and most of its episodes ask none:
+    # loading their engines up front cost ~1.3 s of a 12 s answer (2026-12-06).
+    built = []
+
+    def llm_for(alias):
+        built.append(alias)
+        return Expert("42")
+
+    box = build_toolbox(paper_style_catalog(), settings, llm_for=llm_for, models_on_first_use=True,
+                        only=["ask_direct", "enhance_reasoning"])
+    assert built == []
+    # the schema and description still name every model
+    assert box.tools["enhance_reasoning"].parameters["properties"]["model"]["enum"] == ["smollm2", "smollm2-vote5"]
+    assert box.tools["ask_direct"].description.endswith("Model: smollm2.")
+    assert box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?")).ok
+    assert built == ["smollm2"]
+    box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?"))
+    assert built == ["smollm2"]  # once per tool
+    assert box.call("enhance_reasoning", {"model": "gpt-9"}, EpisodeContext(task="q")).error == "invalid_arguments"
+    assert built == ["smollm2"]
+    build_toolbox(paper_style_catalog(), settings, llm_for=llm_for, only=["ask_direct"])
+    assert built == ["smollm2", "smollm2"]  # the default: up front, so a broken model stops a stage at once
+
+
 def test_expert_endpoint_failure_is_an_observation(settings):
     box = toolbox_with(Expert(LLMError("endpoint timed out")), settings, ["ask_direct"])
     result = box.call("ask_direct", {}, EpisodeContext(task="q"))
