@@ -2,7 +2,7 @@
 
     python benchmarks/bench_grpo_loss.py [--groups 8] [--generations 4] [--filtered 3]
                                          [--prompt 700 1200] [--completion 40 384]
-                                         [--precision auto|no|bf16] [--json]
+                                         [--precision auto|no|bf16] [--check-fp32] [--json]
 
 The generation batch is what a demo step hands TRL after its rollouts (`--groups` prompts x
 `--generations` rollouts, `--filtered` groups without reward spread, whose rows the rollout
@@ -20,13 +20,17 @@ loss and backward from the same weights:
   the rows with a loss token, one at a time, each cut to its own columns.
 
 The first and last arms are checked against each other: the summed loss, and the gradient (the norm of the
-difference over the norm of the gradient, all parameters as one vector). Each arm runs one untimed micro-batch first. The
+difference over the norm of the gradient, all parameters as one vector). In fp32 the two agree to
+rounding (1.1e-5); under bf16 autocast each arm rounds its own shapes, so `--check-fp32` also runs
+TRL's arm on an fp32 copy of the model without autocast and prints both arms' distance to that
+exact gradient. Each arm runs one untimed micro-batch first. The
 rollouts themselves are `benchmarks/bench_rollouts.py`'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -88,6 +92,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--precision", choices=get_args(MixedPrecision), default="auto",
                         help="train.mixed_precision (auto: the train stage's choice for this CPU)")
+    parser.add_argument("--check-fp32", action="store_true", help="under bf16 autocast, also run TRL's arm in "
+                        "fp32 and print each arm's distance to that exact gradient")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
     args = parser.parse_args()
     if not 0 <= args.filtered <= args.groups:
@@ -131,22 +137,22 @@ def main() -> int:
     model.train()
     trainer.current_gradient_accumulation_steps = args.groups
 
-    def arm(compute) -> tuple[float, float, dict[str, Any]]:
+    def arm(compute, *, autocast: bool = True, net: Any = model) -> tuple[float, float, dict[str, Any]]:
         """Seconds for every micro-batch but the first (run untimed first), the summed loss and
-        the accumulated gradients."""
-        model.zero_grad(set_to_none=True)
+        the accumulated gradients of `net`."""
+        net.zero_grad(set_to_none=True)
         total, seconds = 0.0, 0.0
         for i, micro in enumerate([micro_batches[0], *micro_batches]):
             began = time.perf_counter()
-            with trainer.accelerator.autocast():
-                loss = compute(model, micro)
+            with trainer.accelerator.autocast() if autocast else contextlib.nullcontext():
+                loss = compute(net, micro)
             loss.backward()
             if i == 0:  # the warm-up: its gradients go
-                model.zero_grad(set_to_none=True)
+                net.zero_grad(set_to_none=True)
                 continue
             seconds += time.perf_counter() - began
             total += float(loss.detach())
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        grads = {n: p.grad.detach().clone() for n, p in net.named_parameters() if p.grad is not None}
         return seconds, total, grads
 
     def kept_batch(m: Any, b: dict[str, Any]) -> Any:  # what a GPU runs: the kept rows as one batch
@@ -156,9 +162,30 @@ def main() -> int:
     trl_s, trl_loss, trl_grads = arm(lambda m, b: GRPOTrainer._compute_loss(trainer, m, b))
     kept_s, _, _ = arm(kept_batch)
     rows_s, rows_loss, rows_grads = arm(trainer._compute_loss)
-    # the gradient as one vector: the difference's norm against the gradient's norm
-    diff = sum(float((rows_grads[n].float() - g.float()).pow(2).sum()) for n, g in trl_grads.items()) ** 0.5
-    worst = diff / max(sum(float(g.float().pow(2).sum()) for g in trl_grads.values()) ** 0.5, 1e-30)
+    def distance(grads: dict[str, Any], reference: dict[str, Any]) -> float:
+        """The gradients as one vector: the difference's norm over the reference's norm."""
+        diff = sum(float((grads[n].float() - g.float()).pow(2).sum()) for n, g in reference.items()) ** 0.5
+        return diff / max(sum(float(g.float().pow(2).sum()) for g in reference.values()) ** 0.5, 1e-30)
+
+    worst = distance(rows_grads, trl_grads)
+    exact: dict[str, float] = {}
+    if args.check_fp32 and bf16:  # how far each bf16 arm is from the exact (fp32) gradient
+        # The reference: a plain copy of the same weights through the same loss, with TRL's own
+        # autocast (it opens one around the forward) turned off.
+        from transformers import AutoModelForCausalLM
+        from trl.trainer.utils import add_fused_lm_head
+
+        plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        add_fused_lm_head(plain, temperature=trainer.temperature, outputs=("log_probs", "entropy"))  # as TRL does
+        plain.train()
+        autocast = trainer.accelerator.autocast  # TRL's loss opens it itself
+        trainer.accelerator.autocast = lambda *a, **k: contextlib.nullcontext()
+        try:
+            _, _, fp32_grads = arm(lambda m, b: GRPOTrainer._compute_loss(trainer, m, b), autocast=False, net=plain)
+        finally:
+            trainer.accelerator.autocast = autocast
+        exact = {"grad_rel_diff_trl_vs_fp32": distance(trl_grads, fp32_grads),
+                 "grad_rel_diff_rows_vs_fp32": distance(rows_grads, fp32_grads)}
     padded = sum(int(m["prompt_ids"].numel() + m["completion_ids"].numel()) for m in micro_batches)
     figures = {
         "model": model_dir.name, "precision": "bf16-autocast" if bf16 else "fp32", "threads": torch.get_num_threads(),
@@ -168,7 +195,7 @@ def main() -> int:
         "speedup": round(trl_s / rows_s, 2),
         "loss_trl": trl_loss, "loss_rows": rows_loss,
         "loss_rel_diff": abs(rows_loss - trl_loss) / max(abs(trl_loss), 1e-12),
-        "grad_rel_diff": worst, "same_parameters": set(trl_grads) == set(rows_grads),
+        "grad_rel_diff": worst, **exact, "same_parameters": set(trl_grads) == set(rows_grads),
     }
     print(f"{figures['model']}, {figures['precision']}, {figures['threads']} threads: {args.groups} groups x "
           f"{args.generations} rollouts, {len(filtered)} filtered, {real_tokens} tokens ({padded} padded)")
@@ -177,6 +204,9 @@ def main() -> int:
     print(f"row-wise loss (the train stage on a CPU): {rows_s:.1f} s  (x{figures['speedup']:.2f})")
     print(f"summed loss {trl_loss:.6g} vs {rows_loss:.6g} (relative difference {figures['loss_rel_diff']:.1e}); "
           f"gradient difference {worst:.1e} of the gradient's norm")
+    if exact:
+        print(f"against the fp32 gradient: TRL's {exact['grad_rel_diff_trl_vs_fp32']:.1e}, "
+              f"row-wise {exact['grad_rel_diff_rows_vs_fp32']:.1e} (bf16 autocast's own error)")
     if args.json:
         print(json.dumps(figures))
     return 0

@@ -41,20 +41,15 @@ def number(value: float) -> str:
 
 
 def _flatten(node: Any, prefix: str = "") -> list[str]:
-    """`field words: value` lines, the words those of the path (`usage.minutes` -> `usage minutes`,
-    `line_entries[0].label` -> `line entries[0] label`): the phrase a question names the field by
-    (`human`) appears in its line. With `usage.minutes: 340` a 135M policy that had found the right
-    record copied a neighbouring field's value (2026-12-06: 6 of 24 lookups whose passage showed the
-    answer were read wrong)."""
     if isinstance(node, dict):
-        return [line for k, v in node.items() for line in _flatten(v, f"{prefix} {k}" if prefix else str(k))]
+        return [line for k, v in node.items() for line in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
     if isinstance(node, list):
         return [line for i, v in enumerate(node) for line in _flatten(v, f"{prefix}[{i}]")]
-    return [f"{prefix.replace('_', ' ')}: {show(node) if node is not None else 'null'}"]
+    return [f"{prefix}: {show(node) if node is not None else 'null'}"]
 
 
 def records_as_documents(domain: Domain) -> list[dict[str, str]]:
-    """One document per record: `field words: value` lines (`_flatten`), titled by table entity and id."""
+    """One document per record: `path: value` lines, titled by table entity and id."""
     docs = []
     for table, layout in domain.layouts.items():
         entity = domain.schema.tables[table].entity.replace("_", " ")

@@ -475,7 +475,7 @@ class LocalSearch(Tool):
         """Only documents whose id starts with `<scope>/` (a domain's records), when set."""
         self.description = description or (
             "Search the local document collection by meaning and by exact words (ids, names). Returns "
-            "the most relevant passages, each under its title."
+            "the most relevant passages with their source and a similarity score."
         )
 
     @classmethod
@@ -535,8 +535,6 @@ class LocalSearch(Tool):
             text = hit.text
             if len(text) > self.max_passage_chars:
                 text = text[: self.max_passage_chars].rstrip() + " ..."
-            # The title alone (the source where there is none): the policy reads the observation
-            # cut at its training limit (400 characters), and a record's first passage lost ~50 of
-            # them to its source and score (both stay in the call's data).
-            lines.append(f"[{hit.rank}] {hit.title or hit.source}\n{text}")
+            title = f" | title: {hit.title}" if hit.title else ""
+            lines.append(f"[{hit.rank}] source: {hit.source}{title} | score: {hit.score:.3f}\n{text}")
         return "\n\n".join(lines)
