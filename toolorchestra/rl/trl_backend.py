@@ -247,9 +247,10 @@ def orchestra_grpo_trainer() -> type:
 
     class OrchestraGRPOTrainer(GRPOTrainer):  # type: ignore[misc, valid-type]
         def rows_separable(self) -> bool:
-            """Whether the loss is a sum of per-row terms: no per-batch entropy quantile or bonus."""
+            """Whether the loss is a sum of per-row terms: no per-batch entropy quantile or bonus,
+            and no MoE router loss (added once per call)."""
             return (self.loss_type in ROW_SEPARABLE_LOSSES and self.top_entropy_quantile >= 1.0
-                    and not self._entropy_bonus_enabled)
+                    and not self._entropy_bonus_enabled and not self.aux_loss_enabled)
 
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             if not self.rows_separable():
