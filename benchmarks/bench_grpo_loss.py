@@ -109,7 +109,7 @@ def main() -> int:
     from toolorchestra.llm.smollm2 import ensure_converted
     from toolorchestra.rl.config import GRPOSettings, TrainConfig
     from toolorchestra.rl.train import use_bf16
-    from toolorchestra.rl.trl_backend import grpo_args, loss_rows, orchestra_grpo_trainer
+    from toolorchestra.rl.trl_backend import grpo_args, orchestra_grpo_trainer
     from toolorchestra.rl.trl_cpu import compact_fused_head_on_cpu
 
     if args.threads:
@@ -137,15 +137,14 @@ def main() -> int:
     model.train()
     trainer.current_gradient_accumulation_steps = args.groups
 
-    def arm(compute, *, autocast: bool = True, net: Any = model) -> tuple[float, float, dict[str, Any]]:
+    def arm(compute, *, net: Any = model) -> tuple[float, float, dict[str, Any]]:
         """Seconds for every micro-batch but the first (run untimed first), the summed loss and
-        the accumulated gradients of `net`."""
+        the accumulated gradients of `net`. TRL's loss opens the run's autocast around its forward."""
         net.zero_grad(set_to_none=True)
         total, seconds = 0.0, 0.0
         for i, micro in enumerate([micro_batches[0], *micro_batches]):
             began = time.perf_counter()
-            with trainer.accelerator.autocast() if autocast else contextlib.nullcontext():
-                loss = compute(net, micro)
+            loss = compute(net, micro)
             loss.backward()
             if i == 0:  # the warm-up: its gradients go
                 net.zero_grad(set_to_none=True)
@@ -155,19 +154,18 @@ def main() -> int:
         grads = {n: p.grad.detach().clone() for n, p in net.named_parameters() if p.grad is not None}
         return seconds, total, grads
 
-    def kept_batch(m: Any, b: dict[str, Any]) -> Any:  # what a GPU runs: the kept rows as one batch
-        parts = loss_rows(b, one_per_row=False)
-        return sum(GRPOTrainer._compute_loss(trainer, m, part) for part in parts) if parts else torch.zeros(())
-
     trl_s, trl_loss, trl_grads = arm(lambda m, b: GRPOTrainer._compute_loss(trainer, m, b))
-    kept_s, _, _ = arm(kept_batch)
+    kept_s, _, _ = arm(lambda m, b: trainer.loss_on_rows(m, b, one_per_row=False))  # what a GPU runs
     rows_s, rows_loss, rows_grads = arm(trainer._compute_loss)
+
     def distance(grads: dict[str, Any], reference: dict[str, Any]) -> float:
-        """The gradients as one vector: the difference's norm over the reference's norm."""
-        diff = sum(float((grads[n].float() - g.float()).pow(2).sum()) for n, g in reference.items()) ** 0.5
+        """The gradients as one vector: the difference's norm over the reference's norm (a parameter
+        without a gradient counts as zeros: with every group filtered the row-wise loss runs none)."""
+        diff = sum(float((grads.get(n, torch.zeros_like(g)).float() - g.float()).pow(2).sum())
+                   for n, g in reference.items()) ** 0.5
         return diff / max(sum(float(g.float().pow(2).sum()) for g in reference.values()) ** 0.5, 1e-30)
 
-    worst = distance(rows_grads, trl_grads)
+    rows_vs_trl = distance(rows_grads, trl_grads)
     exact: dict[str, float] = {}
     if args.check_fp32 and bf16:  # how far each bf16 arm is from the exact (fp32) gradient
         # The reference: a plain copy of the same weights through the same loss, with TRL's own
@@ -178,10 +176,10 @@ def main() -> int:
         plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         add_fused_lm_head(plain, temperature=trainer.temperature, outputs=("log_probs", "entropy"))  # as TRL does
         plain.train()
-        autocast = trainer.accelerator.autocast  # TRL's loss opens it itself
+        autocast = trainer.accelerator.autocast
         trainer.accelerator.autocast = lambda *a, **k: contextlib.nullcontext()
         try:
-            _, _, fp32_grads = arm(lambda m, b: GRPOTrainer._compute_loss(trainer, m, b), autocast=False, net=plain)
+            _, _, fp32_grads = arm(lambda m, b: GRPOTrainer._compute_loss(trainer, m, b), net=plain)
         finally:
             trainer.accelerator.autocast = autocast
         exact = {"grad_rel_diff_trl_vs_fp32": distance(trl_grads, fp32_grads),
@@ -195,7 +193,7 @@ def main() -> int:
         "speedup": round(trl_s / rows_s, 2),
         "loss_trl": trl_loss, "loss_rows": rows_loss,
         "loss_rel_diff": abs(rows_loss - trl_loss) / max(abs(trl_loss), 1e-12),
-        "grad_rel_diff": worst, **exact, "same_parameters": set(trl_grads) == set(rows_grads),
+        "grad_rel_diff": rows_vs_trl, **exact, "same_parameters": set(trl_grads) == set(rows_grads),
     }
     print(f"{figures['model']}, {figures['precision']}, {figures['threads']} threads: {args.groups} groups x "
           f"{args.generations} rollouts, {len(filtered)} filtered, {real_tokens} tokens ({padded} padded)")
@@ -203,7 +201,7 @@ def main() -> int:
     print(f"the trained rows as one padded batch (a GPU's path): {kept_s:.1f} s  (x{trl_s / kept_s:.2f})")
     print(f"row-wise loss (the train stage on a CPU): {rows_s:.1f} s  (x{figures['speedup']:.2f})")
     print(f"summed loss {trl_loss:.6g} vs {rows_loss:.6g} (relative difference {figures['loss_rel_diff']:.1e}); "
-          f"gradient difference {worst:.1e} of the gradient's norm")
+          f"gradient difference {rows_vs_trl:.1e} of the gradient's norm")
     if exact:
         print(f"against the fp32 gradient: TRL's {exact['grad_rel_diff_trl_vs_fp32']:.1e}, "
               f"row-wise {exact['grad_rel_diff_rows_vs_fp32']:.1e} (bf16 autocast's own error)")

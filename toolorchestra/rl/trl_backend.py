@@ -256,7 +256,11 @@ def orchestra_grpo_trainer() -> type:
             if not self.rows_separable():
                 return super()._compute_loss(model, inputs)
             # On a CPU a padded row costs its padding; on a GPU one batch beats several launches.
-            parts = loss_rows(inputs, one_per_row=self.accelerator.device.type == "cpu")
+            return self.loss_on_rows(model, inputs, one_per_row=self.accelerator.device.type == "cpu")
+
+        def loss_on_rows(self, model: Any, inputs: dict[str, Any], *, one_per_row: bool) -> Any:
+            """TRL's loss summed over `loss_rows(inputs, one_per_row=...)`."""
+            parts = loss_rows(inputs, one_per_row=one_per_row)
             if not parts:  # no forward at all; a zero that backward accepts
                 return next(p for p in model.parameters() if p.requires_grad).sum() * 0.0
             return sum(super(OrchestraGRPOTrainer, self)._compute_loss(model, part) for part in parts)

@@ -174,6 +174,9 @@ class ModelsOnFirstUse(Mapping[str, LLM]):
                 self._built[alias] = self._build(alias)
             return self._built[alias]
 
+    def __contains__(self, alias: object) -> bool:  # Mapping's own would build the model to answer
+        return alias in self._aliases
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._aliases)
 

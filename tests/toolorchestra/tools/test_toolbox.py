@@ -110,6 +110,7 @@ def test_with_models_on_first_use_an_expert_loads_its_model_at_its_first_call(se
     # the schema and description still name every model
     assert box.tools["enhance_reasoning"].parameters["properties"]["model"]["enum"] == ["smollm2", "smollm2-vote5"]
     assert box.tools["ask_direct"].description.endswith("Model: smollm2.")
+    assert "smollm2" in box.tools["enhance_reasoning"].llms and built == []  # asking which models it has builds none
     assert box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?")).ok
     assert built == ["smollm2"]
     box.call("ask_direct", {}, EpisodeContext(task="What is 6 * 7?"))
