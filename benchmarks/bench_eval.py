@@ -1,6 +1,6 @@
 """Evaluation throughput: episodes per second of the evaluate stage's runner.
 
-    python benchmarks/bench_eval.py [--compare engines|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
+    python benchmarks/bench_eval.py [--compare engines|scheduling|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
                                     [--max-policy-chars 1200] [--batch-size 16] [--workers 2]
                                     [--weights f16] [--n-ctx 16384] [--device auto] [--expert local|instant]
                                     [--expert-latency 0.0] [--model FOLDER] [--torch-threads N] [--json]
@@ -17,7 +17,13 @@ of `--batch-size`, tool calls in a thread pool, greedy):
   method workers, each with its own engines (`catalog_llms(..., replica=k)`: one core each);
 
 and prints episodes/s for each (and seconds per method), the speed-up, and the outcomes (greedy:
-correct, tool calls per episode) that differ between engines. With `--json` the last line is one
+correct, tool calls per episode) that differ between engines. Both schedule episodes as the stage
+does (`scheduling: auto`: the orchestrator and the expert alone in lockstep turns, the routers one
+thread per episode).
+
+`--compare scheduling` runs the new path twice, on fresh engines each time: **old** with every
+method's episodes in lockstep turns (`scheduling: lockstep`), **new** with each episode in its own
+thread (`per_episode`; llama.cpp merges their calls into its running batch). With `--json` the last line is one
 JSON object with `episodes_per_s_old`, `episodes_per_s_new`, `speedup`, `outcomes_identical`,
 `outcome_differences`.
 
@@ -124,7 +130,9 @@ def stage_methods(catalog, policy, llm_for, max_turns: int) -> list:
             m.cascade(catalog, max_turns=max_turns)]
 
 
-def compare_engines(args, settings, catalog, benches, n: int) -> dict:
+def compare_engines(args, settings, catalog, benches, n: int, *, scheduling: bool = False) -> dict:
+    """Old vs new path (see the module docstring): engines, or with `scheduling` the new path's
+    lockstep vs per-episode scheduling."""
     from toolorchestra.episodes.environment import EpisodeConfig
     from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
     from toolorchestra.llm.config import LlamaCppLLMConfig, LocalLLMConfig, build_llm
@@ -132,11 +140,15 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
     model = args.model or "smollm2-135m-instruct"
     # old: the transformers engine, one method at a time (its forward already uses every core);
     # new: llama.cpp with the stage's method workers, each with its own engines (one core each).
-    engines = {"old": (LocalLLMConfig(model=model, device=args.device), 1),
-               "new": (LlamaCppLLMConfig(model=model, weights=args.weights, n_ctx=args.n_ctx), args.workers)}
+    llamacpp = LlamaCppLLMConfig(model=model, weights=args.weights, n_ctx=args.n_ctx)
+    if scheduling:
+        engines = {"old": (llamacpp, args.workers, "lockstep"), "new": (llamacpp, args.workers, "per_episode")}
+    else:
+        engines = {"old": (LocalLLMConfig(model=model, device=args.device), 1, "auto"),
+                   "new": (llamacpp, args.workers, "auto")}
     prompt = PromptConfig(max_policy_chars=args.max_policy_chars)
     results = {}
-    for label, (engine, workers) in engines.items():
+    for label, (engine, workers, schedule) in engines.items():
         def worker_models(k: int, engine=engine):
             expert = build_llm(engine, settings, replica=k) if args.expert == "local" else Instant()
             return lambda alias: expert
@@ -146,7 +158,7 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
         policy = build_llm(engine, settings, replica=workers)
         methods = stage_methods(catalog, policy, worker_models(0), args.max_turns)
         config = EvalConfig(episode=EpisodeConfig(max_turns=args.max_turns, max_tokens=args.max_tokens, max_workers=8),
-                            batch_size=args.batch_size, prompt=prompt, method_workers=workers)
+                            batch_size=args.batch_size, prompt=prompt, method_workers=workers, scheduling=schedule)
         evaluate(methods[:1], benches[:1], catalog=catalog, settings=settings, llm_for=worker_models(0),  # warm-up
                  config=EvalConfig(episode=EpisodeConfig(max_turns=1, max_tokens=8), batch_size=n, prompt=prompt))
         started = time.perf_counter()
@@ -158,7 +170,7 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
                           "accuracy": {k: v["overall"].accuracy for k, v in run.summary.items()},
                           "method_seconds": run.seconds}
         per_method = ", ".join(f"{k} {v:.1f}s" for k, v in run.seconds.items())
-        print(f"{label} ({engine.kind}, {workers} method worker(s)): {episodes} episodes in {seconds:6.1f}s = "
+        print(f"{label} ({engine.kind}, {workers} method worker(s), scheduling {schedule}): {episodes} episodes in {seconds:6.1f}s = "
               f"{episodes / seconds:.3f} episodes/s ({per_method})", flush=True)
         print(f"  accuracy {results[label]['accuracy']}", flush=True)
     old, new = results["old"], results["new"]
@@ -175,7 +187,9 @@ def compare_engines(args, settings, catalog, benches, n: int) -> dict:
 
     from toolorchestra.llm.llamacpp import built_features
 
-    return {"benchmark": "eval", "tasks": n, "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
+    return {"benchmark": "eval", "compare": "scheduling" if scheduling else "engines",
+            "old": {"engine": engines["old"][0].kind, "scheduling": engines["old"][2]},
+            "new": {"engine": engines["new"][0].kind, "scheduling": engines["new"][2]}, "tasks": n, "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
             "episodes": old["episodes"], "methods": sorted(old["accuracy"]), "max_turns": args.max_turns,
             "max_tokens": args.max_tokens, "weights": args.weights, "n_ctx": args.n_ctx, "workers_new": args.workers,
             "batch_size": args.batch_size, "episodes_per_s_old": old["episodes"] / old["seconds"],
@@ -230,7 +244,7 @@ def main() -> None:
     from toolorchestra.llm.llamacpp import N_CTX
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", choices=["engines", "modes"], default="engines")
+    parser.add_argument("--compare", choices=["engines", "scheduling", "modes"], default="engines")
     parser.add_argument("--tasks", type=int, default=8, help="tasks (half QA, half tool use)")
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=48)
@@ -272,8 +286,10 @@ def main() -> None:
         print(f"torch threads: {torch.get_num_threads()}, {cpu}, load average {os.getloadavg()[0]:.1f}")
         print(f"{n} tasks ({', '.join(f'{b.name}: {len(b.items)}' for b in benches)}), max_turns={args.max_turns}, "
               f"max_tokens={args.max_tokens}, expert {args.expert} + {args.expert_latency}s latency")
-        compare = compare_engines if args.compare == "engines" else compare_modes
-        figures = compare(args, settings, catalog, benches, n)
+        if args.compare == "modes":
+            figures = compare_modes(args, settings, catalog, benches, n)
+        else:
+            figures = compare_engines(args, settings, catalog, benches, n, scheduling=args.compare == "scheduling")
     if args.json:
         print(json.dumps(figures, default=str))
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -70,7 +70,10 @@ class Params(StageParams):
     methods: MethodsConfig = MethodsConfig()
     episode: EpisodeConfig = EpisodeConfig(max_turns=3, max_tokens=64)
     prompt: PromptConfig = PromptConfig()
-    batch_size: int = Field(16, ge=1, le=4_096)
+    batch_size: int = Field(16, ge=1, le=4_096, description="episodes of a method run at once")
+    scheduling: Literal["auto", "per_episode", "lockstep"] = Field(
+        "auto", description="per_episode: each episode in its own thread; lockstep: one batched generation per "
+                            "turn; auto: per episode for remote endpoints and routers, lockstep for local engines")
     method_workers: int = Field(1, ge=1, le=16, description="methods evaluated at once (one core each on "
                                 "llama.cpp's one-thread engines)")
     adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
@@ -185,7 +188,7 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
         methods.append(_sft_only(warm_start, params, settings, catalog))
     judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
-                        method_workers=params.method_workers, seed=params.seed,
+                        method_workers=params.method_workers, scheduling=params.scheduling, seed=params.seed,
                         adherence_margin=params.adherence_margin)
     tracer = EpisodeTracer.for_active_run() if params.traces else None
     result = evaluate(methods, benchmarks, catalog=catalog, settings=settings, config=config, judge=judge,

@@ -34,6 +34,7 @@ import copy
 import logging
 import random
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,11 +189,16 @@ class RolloutEnvironment:
         self._catalog_tools: Toolbox | None = None
         self._catalog_names: set[str] = set()
         self._records: dict[str, tuple[dict[str, bytes], str] | None] = {}
+        self._building = threading.RLock()  # episodes may start from several threads: tools are built once
 
     # -- tools
 
     def catalog_toolbox(self, names: list[str]) -> Toolbox:
         """The catalog's tools, built once (experts load their models on first use)."""
+        with self._building:
+            return self._catalog_toolbox(names)
+
+    def _catalog_toolbox(self, names: list[str]) -> Toolbox:
         missing = set(names) - self._catalog_names
         if missing:
             from toolorchestra.tools.toolbox import build_toolbox
@@ -218,15 +224,16 @@ class RolloutEnvironment:
     def records_files(self, domain: str) -> tuple[dict[str, bytes], str] | None:
         """The domain's sandbox files and description note, built once; None (with one warning)
         when its database cannot be found (QA items naming a domain that has no folder)."""
-        if domain not in self._records:
-            from toolorchestra.envs.records import sandbox_files
+        with self._building:
+            if domain not in self._records:
+                from toolorchestra.envs.records import sandbox_files
 
-            try:
-                self._records[domain] = sandbox_files(self.domains.domain(domain))
-            except ConfigError as exc:
-                log.warning("the code interpreter runs without %s's records: %s", domain, exc)
-                self._records[domain] = None
-        return self._records[domain]
+                try:
+                    self._records[domain] = sandbox_files(self.domains.domain(domain))
+                except ConfigError as exc:
+                    log.warning("the code interpreter runs without %s's records: %s", domain, exc)
+                    self._records[domain] = None
+            return self._records[domain]
 
     def offered_domain_tools(self, instance: Instance) -> list[str]:
         """The instance's domain tools, capped at `max_domain_tools` (golden ones always kept)."""

@@ -16,6 +16,7 @@ roots it is given, and loads each domain once.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
@@ -118,6 +119,7 @@ class DomainLocator:
         self.roots = [Path(r) for r in roots]
         self._folders: dict[str, Path] = {}
         self._loaded: dict[str, Any] = {}
+        self._loading = threading.Lock()  # episodes run in threads: each domain is loaded once
 
     def folder(self, name: str) -> Path:
         if name in self._folders:
@@ -135,8 +137,9 @@ class DomainLocator:
                           "(expected <root>/<domain>/db.json)", key="domain")
 
     def domain(self, name: str) -> Any:
-        if name not in self._loaded:
-            from toolorchestra.envs.domain import load_domain
+        with self._loading:
+            if name not in self._loaded:
+                from toolorchestra.envs.domain import load_domain
 
-            self._loaded[name] = load_domain(self.folder(name), name=name)
-        return self._loaded[name]
+                self._loaded[name] = load_domain(self.folder(name), name=name)
+            return self._loaded[name]

@@ -222,6 +222,8 @@ def mark_extremes(summary: dict[str, dict[str, Any]], methods: list[Method]) -> 
 class RandomRouterPolicy(BatchLLM):
     """The random router as a policy: writes one Hermes call per turn (see the module docstring)."""
 
+    concurrent_episodes = True  # no model: each call is instant and thread-safe (seeded per task and turn)
+
     def __init__(self, catalog: Catalog, *, seed: int = 0, max_turns: int = 4) -> None:
         self.model = "random-router"
         self.seed, self.max_turns = seed, max_turns
@@ -286,6 +288,7 @@ class FixedRoutePolicy(BatchLLM):
     first turn; then a plain message that it has no answer."""
 
     GIVE_UP = "No expert gave an answer."
+    concurrent_episodes = True  # no model: each call is instant and thread-safe
 
     def __init__(self, route: list[ExpertChoice], *, name: str, escalate: bool = False) -> None:
         self.model, self.route, self.escalate = name, list(route), escalate

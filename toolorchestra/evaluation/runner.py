@@ -7,11 +7,18 @@
    policy and price sheet the orchestrator was trained on, the catalog's real prices (no
    jitter), and every tool the method is offered (all catalog tools, or only the basic ones for
    an expert alone); a preference item gives an *instructed* and a *neutral* instance;
-2. **episodes** — `episodes.environment.RolloutEnvironment` runs them with the project's agent loop, in
-   lockstep batches of `batch_size` (one batched generation per turn, QA and tool-use episodes in
-   separate batches since padding makes a batch cost its longest prompt; tool calls of a batch run
-   concurrently in a thread pool), greedy decoding, and scores each with `score_rollout`, the
-   scorer training uses;
+2. **episodes** — `episodes.environment.RolloutEnvironment` runs them with the project's agent loop,
+   greedy decoding, and scores each with `score_rollout`, the scorer training uses; `batch_size`
+   episodes at a time, scheduled one of two ways (`EvalConfig.scheduling`):
+   - **per episode** (`LLM.concurrent_episodes`: a remote endpoint, the routers): each episode runs
+     in its own thread, so its next turn starts as soon as its tool call returns; a lockstep turn
+     waits for its longest reply and slowest tool call, and sends a remote policy's requests one
+     at a time;
+   - **lockstep** otherwise (the local engines): one batched generation per turn, QA and tool-use
+     episodes in separate batches since padding makes a batch cost its longest prompt; the tool
+     calls of a turn run concurrently in a thread pool. llama.cpp would merge per-episode calls
+     into its running batch too, but on 2 cores that was no faster (its decode is compute-bound)
+     and which rows share a decode would then depend on timing;
 3. **judging** — QA episodes the rules marked wrong go to the LLM judge when one is configured
    (`judges.py`), concurrently;
 4. **records and metrics** — one `TaskRecord` per episode with its judgement and trajectory, and
@@ -32,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,7 +74,10 @@ class EvalConfig(BaseModel):
 
     episode: EpisodeConfig = EpisodeConfig()
     prompt: PromptConfig = PromptConfig()
-    batch_size: int = Field(16, ge=1, description="episodes run in lockstep (one batched generation per turn)")
+    batch_size: int = Field(16, ge=1, description="episodes run at once (in lockstep: one batched generation per turn)")
+    scheduling: Literal["auto", "per_episode", "lockstep"] = Field(
+        "auto", description="per_episode: each episode in its own thread; lockstep: one batched generation per "
+                            "turn; auto: as the policy prefers (`LLM.concurrent_episodes`; see the module docstring)")
     seed: int = 0
     adherence_margin: float = Field(0.05, ge=0.0, lt=1.0)
     judge_workers: int = Field(4, ge=1, le=256)
@@ -137,14 +147,21 @@ def _runs(items: Sequence[EvalItem]) -> list[tuple[EvalItem, Variant]]:
     return out
 
 
-def _chunks(pairs: list[Any], size: int) -> list[list[Any]]:
-    """Batches of at most `size` episodes, QA and tool-use apart: a batched generation pads every
-    prompt to the longest one, and tool-use prompts (domain tools and policy) are much longer."""
-    out: list[list[Any]] = []
+def _lockstep_batches(runs: list[tuple[EvalItem, Variant]], size: int) -> list[list[int]]:
+    """Indices of `runs` in batches of at most `size` episodes, QA and tool-use apart: a batched
+    generation pads every prompt to the longest one, and tool-use prompts (domain tools and
+    policy) are much longer."""
+    out: list[list[int]] = []
     for kind in ("qa", "tool_use"):
-        same = [p for p in pairs if p[0][0].kind == kind]
+        same = [i for i, (item, _) in enumerate(runs) if item.kind == kind]
         out.extend(same[i:i + size] for i in range(0, len(same), size))
     return out
+
+
+def _per_episode_order(runs: list[tuple[EvalItem, Variant]]) -> list[int]:
+    """Indices of `runs` in the order episodes start: tool-use episodes (more turns, longer prompts)
+    first, so the last episodes to finish are short ones and the engine's batch stays full to the end."""
+    return sorted(range(len(runs)), key=lambda i: runs[i][0].kind != "tool_use")
 
 
 def _record(method: Method, item: EvalItem, variant: Variant, instance: Instance, rollout: Rollout) -> TaskRecord:
@@ -218,6 +235,12 @@ def evaluate(
     domains = _Domains(domain_folders(benchmarks), domain_roots)
     items = [item for bench in benchmarks for item in bench.items]
     runs = _runs(items)
+
+    def per_episode(policy: LLM) -> bool:
+        if config.scheduling == "auto":
+            return policy.concurrent_episodes
+        return config.scheduling == "per_episode"
+
     hooks = threading.Lock()  # progress and on_episode are called one at a time, whichever thread runs
     workers: queue.SimpleQueue[int] = queue.SimpleQueue()  # free worker slots: each has its own engines
     for k in range(config.method_workers):
@@ -232,21 +255,32 @@ def evaluate(
 
     def run_method(method: Method, models: Callable[[str], LLM] | None) -> tuple[list[TaskRecord], float]:
         started = time.perf_counter()
-        records: list[TaskRecord] = []
         episode = config.episode.model_copy(update={"policy_alias": method.policy_alias})
         env = RolloutEnvironment(catalog, settings, domains, episode, llm_for=models)
         policy = method.policy_for(models)
         tools = method.offered(catalog)
         instances = [make_instance(item, catalog, tools, config.prompt, instructed=variant == "instructed",
                                    seed=config.seed) for item, variant in runs]
-        for chunk in _chunks(list(zip(runs, instances, strict=True)), config.batch_size):
-            rollouts = env.run(policy, [inst for _, inst in chunk], temperature=0.0, seed=config.seed)
-            pending = [(_record(method, item, variant, inst, rollout), inst, rollout)
-                       for ((item, variant), inst), rollout in zip(chunk, rollouts, strict=True)]
-            _judge(records, pending, judge, config.judge_workers)
+        done: dict[int, TaskRecord] = {}
+
+        def episodes(batch: list[int]) -> None:
+            rollouts = env.run(policy, [instances[i] for i in batch], temperature=0.0, seed=config.seed)
+            pending = [(_record(method, *runs[i], instances[i], rollout), instances[i], rollout)
+                       for i, rollout in zip(batch, rollouts, strict=True)]
+            judged: list[TaskRecord] = []
+            _judge(judged, pending, judge, config.judge_workers)
             with hooks:
-                for record, _, _ in pending if on_episode is not None else ():
+                done.update(zip(batch, judged, strict=True))
+                for record in judged if on_episode is not None else ():
                     on_episode(record)
+
+        if per_episode(policy):
+            with ThreadPoolExecutor(max_workers=config.batch_size, thread_name_prefix="orchestra-episode") as pool:
+                list(pool.map(lambda i: episodes([i]), _per_episode_order(runs)))
+        else:
+            for batch in _lockstep_batches(runs, config.batch_size):
+                episodes(batch)
+        records = [done[i] for i in range(len(runs))]  # in task order, whichever order they ran in
         took = time.perf_counter() - started
         with hooks:
             if progress is not None:

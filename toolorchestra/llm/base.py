@@ -97,6 +97,14 @@ class LLM(ABC):
     """A chat model. Implementations: `local` (transformers) and `openai` (HTTP)."""
 
     model: str
+    concurrent_episodes: bool = False
+    """Whether an evaluation runs this policy's episodes each in its own thread rather than in lockstep
+    batches (`EvalConfig.scheduling: auto`): true where concurrent calls overlap without slowing each
+    other (a server that batches its requests, which lockstep would call one at a time; a router
+    without a model). False for the local engines: transformers batches one `generate` call, and
+    llama.cpp, though it merges concurrent calls, was no faster per episode on 2 cores (its decode is
+    compute-bound; `benchmarks/bench_eval.py --compare scheduling`) while lockstep batches repeat
+    exactly."""
 
     @abstractmethod
     def chat(

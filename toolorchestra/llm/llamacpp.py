@@ -261,6 +261,16 @@ class LlamaCppLLM(BatchLLM):
         self._lock = threading.Lock()  # the engine: one batch at a time
         self._waiting_lock = threading.Lock()
         self._waiting: list[_Ticket] = []
+        # The running batch, kept between callers (see `_drive`); changed only under `_lock`.
+        self._queue: list[_Row] = []
+        """Admitted rows not started yet."""
+        self._active: list[_Row] = []
+        self._pinned: set[int] = set()
+        """Sequences of running rows: never evicted."""
+        self._owner: dict[int, _Ticket] = {}
+        """id(row) -> its ticket, for every admitted unfinished row."""
+        self._room = self.n_parallel
+        """Rows running at once: fewer after a preemption, until a row finishes."""
         self.prompt_tokens_encoded = 0
         """Prompt tokens actually decoded (the rest came from a live sequence's prefix): for benchmarks."""
         self.tickets_joined = 0
@@ -295,6 +305,8 @@ class LlamaCppLLM(BatchLLM):
     def reset(self) -> None:
         """Forget every live sequence (a benchmark's cold start)."""
         with self._lock:
+            if self._active or self._queue:
+                raise OrchestraError(f"{self.model}: cannot reset the engine while rows are being generated")
             self._c.llama_memory_clear(self._ctx.memory, True)
             self._live.clear()
 
@@ -461,11 +473,13 @@ class LlamaCppLLM(BatchLLM):
                       stop_texts: list[tuple[str, ...]], seeds: list[int | None]) -> list[Generated]:
         """What each prompt generated (`Generated`), in prompt order.
 
-        Rows run in prompt order (shared prefixes next to each other), `n_parallel` at a time. Calls
-        from other threads that arrive while the engine is busy join the running batch at its next
-        step (continuous batching: the evaluation's and describe's concurrent expert calls): the
-        caller that holds the engine runs them, and each caller gets its own rows back as soon as
-        they are finished."""
+        Continuous batching without an engine thread: the call queues its rows as one ticket, and
+        while they are unfinished it either waits or, when the engine is free, drives it
+        (`_drive`): each decode step admits the rows of tickets that arrived (calls from other
+        threads: concurrent episodes, an evaluation's expert calls), so a call made while others
+        run is decoded with them from the next step on. A caller stops driving as soon as its own
+        rows are finished and returns; the rows of others stay in the engine and the next waiting
+        caller drives them on (every unfinished row belongs to a caller still waiting)."""
         for prompt in prompts:
             if not prompt:
                 raise LLMError(f"{self.model}: empty prompt")
@@ -477,15 +491,10 @@ class LlamaCppLLM(BatchLLM):
         ticket = _Ticket(rows)
         with self._waiting_lock:
             self._waiting.append(ticket)
-        # Wait for our rows, or for the engine to run them: a caller whose rows joined another's
-        # batch returns when they are done, not when that batch is.
         while not ticket.done.is_set():
             if self._lock.acquire(blocking=False):
                 try:
-                    with self._waiting_lock:
-                        taken, self._waiting = self._waiting, []
-                    if taken:  # else a caller before us took our rows
-                        self._run_tickets(taken, own=ticket if ticket in taken else None)
+                    self._drive(ticket)
                 finally:
                     self._lock.release()
             ticket.done.wait(_POLL_S)
@@ -493,79 +502,73 @@ class LlamaCppLLM(BatchLLM):
             raise ticket.error
         return [Generated(r.new, r.finish or "length", r.seconds, r.cached) for r in rows]
 
-    def _run_tickets(self, tickets: list[_Ticket], own: _Ticket | None = None) -> None:
-        """Continuous batching: decode the rows of `tickets` in lockstep, `n_parallel` at a time,
-        and while this caller's own rows run, admit the rows of tickets that arrive (their prompts
-        read from the next step on, beside the others). A ticket is done as soon as its own
-        rows are. The caller stops admitting once its rows are finished (it would otherwise serve
-        other threads' calls while its own work waits) and finishes the rows it took; `own`: its
-        ticket (None: admit nothing)."""
-        taken: list[_Ticket] = []
-        queue: list[_Row] = []
-        active: list[_Row] = []
-        pinned: set[int] = set()
-        owner: dict[int, _Ticket] = {}  # id(row) -> its ticket
+    def _admit(self) -> None:
+        """Queue the rows of the tickets that arrived, while fewer than `n_parallel` rows are running
+        or queued: first come first started (a ticket's rows sorted by prompt, so rows sharing a
+        prefix sit together and a row's donor is often the one before)."""
+        if len(self._active) + len(self._queue) >= self.n_parallel:
+            return
+        with self._waiting_lock:
+            arrived, self._waiting = self._waiting, []
+        for ticket in arrived:
+            if self._active or self._queue:
+                self.tickets_joined += 1
+            self._owner.update((id(row), ticket) for row in ticket.rows)
+            self._queue.extend(sorted(ticket.rows, key=lambda r: r.prompt))
 
-        def admit(new: list[_Ticket]) -> None:
-            for ticket in new:
-                taken.append(ticket)
-                owner.update((id(row), ticket) for row in ticket.rows)
-                queue.extend(ticket.rows)
-            queue.sort(key=lambda r: r.prompt)  # shared prefixes next to each other: a row's donor is often the one before
-
-        def finished(row: _Row) -> None:
-            self._release(row, pinned)
-            ticket = owner[id(row)]
-            if all(r.finish is not None for r in ticket.rows):
-                ticket.done.set()
-
+    def _drive(self, own: _Ticket) -> None:
+        """Decode steps (the caller holds `_lock`) until `own`'s rows are finished: each step admits
+        arrived tickets, starts queued rows while fewer than `_room` run, and decodes every running
+        row (see `_step`); a finished row's ticket is done once all its rows are."""
         try:
             if self._ctx is None:
                 raise LLMError(f"{self.model}: the llama.cpp engine is closed")
-            admit(tickets)
-            room = self.n_parallel  # rows running at once; fewer after a preemption, until one finishes
-            while True:
-                if own is not None and not own.done.is_set() and len(active) + len(queue) < self.n_parallel:
-                    with self._waiting_lock:
-                        arrived, self._waiting = self._waiting, []
-                    self.tickets_joined += len(arrived)
-                    admit(arrived)
+            while not own.done.is_set():
+                self._admit()
                 at = 0
-                while at < len(queue) and len(active) < room:
-                    if self._waits_for_prefix(queue[at], active):
+                while at < len(self._queue) and len(self._active) < self._room:
+                    if self._waits_for_prefix(self._queue[at], self._active):
                         at += 1
                         continue
-                    row = queue.pop(at)
-                    self._start(row, pinned)
-                    active.append(row)
-                if not active:
-                    break
+                    row = self._queue.pop(at)
+                    self._start(row, self._pinned)
+                    self._active.append(row)
+                if not self._active:
+                    return  # own's rows are not admitted yet (only when another caller's step failed)
                 try:
-                    self._step(active, pinned)
+                    self._step(self._active, self._pinned)
                 except _KVFull:
-                    if len(active) == 1:
+                    if len(self._active) == 1:
                         raise
                     # Recompute preemption (as vLLM's): the row started last gives its cells back and
                     # starts again once a row has finished; greedy, it replies the same.
-                    victim = active.pop()
-                    self._preempt(victim, pinned)
-                    queue.insert(0, victim)
-                    room = len(active)
+                    victim = self._active.pop()
+                    self._preempt(victim, self._pinned)
+                    self._queue.insert(0, victim)
+                    self._room = len(self._active)
                     continue
-                if any(r.finish is not None for r in active):
-                    room = self.n_parallel
-                for row in [r for r in active if r.finish is not None]:
-                    finished(row)
-                active = [r for r in active if r.finish is None]
-        except BaseException as exc:  # every caller with unfinished rows raises it, this one included
-            for ticket in taken or tickets:
-                if not ticket.done.is_set():
-                    ticket.error = exc
-        finally:
-            for ticket in taken or tickets:
-                for row in ticket.rows:
-                    self._release(row, pinned)
-                ticket.done.set()
+                done = [r for r in self._active if r.finish is not None]
+                if done:
+                    self._room = self.n_parallel
+                    self._active = [r for r in self._active if r.finish is None]
+                for row in done:
+                    self._release(row, self._pinned)
+                    ticket = self._owner.pop(id(row))
+                    if all(r.finish is not None for r in ticket.rows):
+                        ticket.done.set()
+        except BaseException as exc:  # every caller with rows in the engine raises it, this one included
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Give `exc` to every ticket with rows in the engine and empty it (its KV cells stay)."""
+        tickets = {id(t): t for t in self._owner.values()}
+        for row in self._active + self._queue:
+            self._release(row, self._pinned)
+        self._active, self._queue, self._owner = [], [], {}
+        self._room = self.n_parallel
+        for ticket in tickets.values():
+            ticket.error = exc
+            ticket.done.set()
 
     def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
                    seed=None, stop=None) -> list[Completion]:

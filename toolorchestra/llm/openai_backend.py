@@ -53,6 +53,7 @@ def to_wire_messages(messages: list[Message]) -> list[Message]:
 
 
 class OpenAILLM(LLM):
+    concurrent_episodes = True  # lockstep would send a batch's requests one at a time; a server batches them
     def __init__(
         self,
         model: str,

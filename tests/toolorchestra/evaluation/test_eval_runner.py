@@ -185,3 +185,64 @@ def test_each_method_worker_calls_its_own_catalog_models(benchmarks, catalog, ti
     assert view(split.records) == view(one.records)
     assert asked[0] and asked[1]  # both workers' engines were used
     assert all(r.calls for r in replicas)
+
+
+class _ThreadedPolicy(ScriptedLLM):
+    """A policy that prefers concurrent episodes (as a remote endpoint): it asks the direct expert, and
+    counts how many of its calls overlap and from which threads they come."""
+
+    concurrent_episodes = True
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__(model="threaded")
+        self.lock, self.now, self.most, self.threads = threading.Lock(), 0, 0, set()
+
+    def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None):
+        import threading
+        import time
+
+        from toolorchestra.llm.base import Completion, Usage
+        from toolorchestra.llm.hermes import format_tool_call
+
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.threads.add(threading.current_thread().name)
+        time.sleep(0.05)  # long enough that the episodes' calls overlap when they can
+        with self.lock:
+            self.now -= 1
+        question = next(str(m["content"]) for m in messages if m["role"] == "user")
+        return Completion(text=format_tool_call("ask_direct", {"model": "smollm2", "question": question}),
+                          usage=Usage(prompt_tokens=100, completion_tokens=10), latency_s=0.05, model=self.model)
+
+
+def test_a_policy_that_prefers_concurrent_episodes_runs_each_episode_in_its_own_thread(benchmarks, catalog, settings):
+    """`scheduling: auto` runs the episodes of a policy that prefers concurrent episodes (a remote
+    endpoint, whose lockstep batch would be sequential requests) in `batch_size` threads at once; the
+    records are lockstep's, in task order; a local engine's policy keeps lockstep unless told."""
+    expert = ScriptedLLM("42", model="smollm2")
+
+    def evaluated(policy, scheduling):
+        config = EvalConfig(episode=EpisodeConfig(max_turns=2, max_tokens=8), batch_size=3, scheduling=scheduling)
+        return evaluate([m.orchestrator("trained", policy, policy_alias="smollm2", role="candidate")], benchmarks,
+                        catalog=catalog, settings=settings, config=config, llm_for=lambda alias: expert)
+
+    def view(records):
+        return [(r.key, r.variant, r.correct, r.tool_calls, r.trajectory["answer"]) for r in records]
+
+    threaded, stepped = _ThreadedPolicy(), _SteppedPolicy()
+    per_episode = evaluated(threaded, "auto")
+    lockstep = evaluated(stepped, "auto")
+    assert view(per_episode.records) == view(lockstep.records)
+    assert all(set(r.tool_calls) == {"ask_direct"} for r in per_episode.records)
+    assert threaded.most == 3 and all(t.startswith("orchestra-episode") for t in threaded.threads)
+    assert stepped.most == 1 and len(stepped.threads) == 1  # one chat_batch per turn, from the method's thread
+    forced = _SteppedPolicy()
+    evaluated(forced, "per_episode")
+    assert forced.most == 3
+
+
+class _SteppedPolicy(_ThreadedPolicy):
+    concurrent_episodes = False  # as the local engines

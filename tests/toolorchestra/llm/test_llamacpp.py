@@ -306,14 +306,15 @@ def test_concurrent_calls_are_merged_and_each_gets_its_own_replies(tiny_folder, 
     _, engine, gguf, _ = engines
     expected = [engine.chat(m, tools=TOOLS, max_tokens=8).text for m in PROMPTS * 2]
     shared = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
-    batches = []
-    run = shared._run_tickets
-    shared._run_tickets = lambda tickets, own=None: (batches.append(len(tickets)), run(tickets, own))  # type: ignore[method-assign]
+    drivers = []
+    drive = shared._drive
+    shared._drive = lambda own: (drivers.append(own), drive(own))  # type: ignore[method-assign]
     with ThreadPoolExecutor(max_workers=6) as pool:
         replies = list(pool.map(lambda m: shared.chat(m, tools=TOOLS, max_tokens=8).text, PROMPTS * 2))
     assert replies == expected
     # some calls ran in another caller's batch: merged while waiting, or joined a running one
-    assert sum(batches) + shared.tickets_joined == 6 and len(batches) < 6
+    assert shared.tickets_joined > 0 and len({id(t) for t in drivers}) < 6
+    assert not (shared._active or shared._queue or shared._owner or shared._pinned)
     with pytest.raises(LLMError, match="exceeds the context"):  # a bad row fails its own caller only
         shared.chat([{"role": "user", "content": "word " * 2100}], max_tokens=4)
     assert shared.chat(PROMPTS[0], tools=TOOLS, max_tokens=8).text == expected[0]
@@ -355,6 +356,85 @@ def test_a_call_arriving_mid_batch_joins_it_at_the_next_step(tiny_folder, engine
     assert shared.tickets_joined == 1
     assert 2 in steps[3:]  # decode steps with both rows
     assert returned_at < len(steps)  # the short call returned while the long one was still decoding
+
+
+def test_a_caller_returns_when_its_rows_are_done_and_the_next_one_drives_the_rest(tiny_folder, engines):
+    """A caller drives the engine only until its own rows are finished: a short call that started a
+    batch returns while a longer call that joined it is still decoding, and that call's own thread
+    decodes the rest (an episode's next turn does not wait for other episodes' replies)."""
+    import threading
+
+    _, engine, gguf, _ = engines
+    long_alone = engine.chat(PROMPTS[0], max_tokens=40)
+    short_alone = engine.chat(PROMPTS[1], max_tokens=4)
+    assert long_alone.usage.completion_tokens > 8
+    shared = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
+    steps: list[str] = []
+    drivers: list[str] = []
+    decode, drive = shared._decode, shared._drive
+    late: dict = {}
+
+    def traced(entries, pinned):
+        steps.append(threading.current_thread().name)
+        if len(steps) == 2:  # the short call is decoding: the long one arrives now
+            late["thread"] = threading.Thread(name="long", target=lambda: late.setdefault(
+                "reply", shared.chat(PROMPTS[0], max_tokens=40)))
+            late["thread"].start()
+            while not shared._waiting:
+                threading.Event().wait(0.001)
+        decode(entries, pinned)
+
+    shared._decode = traced  # type: ignore[method-assign]
+    shared._drive = lambda own: (drivers.append(threading.current_thread().name), drive(own))  # type: ignore[method-assign]
+    short = shared.chat(PROMPTS[1], max_tokens=4)
+    returned_at = len(steps)
+    late["thread"].join(timeout=30)
+    assert short.text == short_alone.text and late["reply"].text == long_alone.text
+    assert returned_at < len(steps)  # the short call did not wait for the long one
+    assert "long" in steps[returned_at:] and set(steps[returned_at:]) == {"long"}  # its own thread drove it
+    assert drivers[0] != "long" and "long" in drivers
+    assert not (shared._active or shared._queue or shared._owner)
+
+
+def test_a_failed_decode_fails_every_caller_in_the_batch_and_the_engine_goes_on(tiny_folder, engines):
+    """A decode error reaches every caller with rows in the running batch (not only the caller whose
+    thread ran the step), and the engine is empty and usable afterwards."""
+    import threading
+
+    _, engine, gguf, _ = engines
+    expected = engine.chat(PROMPTS[2], max_tokens=6).text
+    shared = LlamaCppLLM(gguf, tiny_folder, n_ctx=2048)
+    decode = shared._decode
+    steps: list[int] = []
+    errors: dict[str, BaseException] = {}
+
+    def failing(entries, pinned):
+        steps.append(len(entries))
+        if len(steps) == 2:
+            late = threading.Thread(target=lambda: _catch(errors, "late", lambda: shared.chat(PROMPTS[1], max_tokens=30)))
+            late.start()
+            errors["thread"] = late  # type: ignore[assignment]
+            while not shared._waiting:
+                threading.Event().wait(0.001)
+        if len(steps) == 4:
+            raise LLMError("llama.cpp decode failed (code -3)")
+        decode(entries, pinned)
+
+    shared._decode = failing  # type: ignore[method-assign]
+    _catch(errors, "first", lambda: shared.chat(PROMPTS[0], max_tokens=30))
+    errors.pop("thread").join(timeout=30)  # type: ignore[attr-defined]
+    assert {k: str(e) for k, e in errors.items()} == {"first": "llama.cpp decode failed (code -3)",
+                                                     "late": "llama.cpp decode failed (code -3)"}
+    assert not (shared._active or shared._queue or shared._owner or shared._pinned)
+    shared._decode = decode  # type: ignore[method-assign]
+    assert shared.chat(PROMPTS[2], max_tokens=6).text == expected
+
+
+def _catch(errors: dict, key: str, call) -> None:
+    try:
+        call()
+    except LLMError as exc:
+        errors[key] = exc
 
 
 BUILT_AVX512 = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | "
