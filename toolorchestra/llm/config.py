@@ -61,6 +61,7 @@ class OpenAILLMConfig(BaseModel):
     max_attempts: int = Field(4, ge=1, le=20)
     backoff_s: float = Field(0.5, ge=0, le=60)
     max_total_s: float = Field(60.0, gt=0, le=7200, description="seconds per call, retries included")
+    max_concurrent: int = Field(16, ge=1, le=1024, description="requests a batch of chats keeps open at once")
 
 
 LLMConfig = Annotated[LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, Field(discriminator="kind")]
@@ -176,6 +177,7 @@ def build_llm(config: LocalLLMConfig | LlamaCppLLMConfig | OpenAILLMConfig, sett
                 max_attempts=config.max_attempts,
                 backoff_s=config.backoff_s,
                 max_total_s=config.max_total_s,
+                max_concurrent=config.max_concurrent,
             )
         _cache[key] = llm
         return llm

@@ -5,11 +5,16 @@ exponential backoff on 429, 5xx, timeouts and connection errors; other 4xx fail 
 takes at most about `max_total_s` (default 60 s) however the server misbehaves: each attempt's
 timeout (`timeout_s`, default 30 s) is cut to the time left, and no attempt starts after it. The API
 key is read from the environment variable the config names, never stored or logged.
+
+`chat_batch` sends its chats as concurrent requests (up to `max_concurrent`): a serving engine
+batches requests that overlap, and one after another a lockstep batch of N episodes (the serving
+app's batcher, an evaluation) would wait N round trips per turn.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,7 +28,7 @@ from tenacity import (
 )
 
 from toolorchestra.core.services import redact_url
-from toolorchestra.llm.base import LLM, Completion, LLMError, Message, ToolCallRequest, Usage
+from toolorchestra.llm.base import LLM, Completion, LLMError, Message, ToolCallRequest, Usage, tools_by_row
 
 TOOL_RESPONSE = "<tool_response>\n{}\n</tool_response>"
 
@@ -53,7 +58,8 @@ def to_wire_messages(messages: list[Message]) -> list[Message]:
 
 
 class OpenAILLM(LLM):
-    concurrent_episodes = True  # lockstep would send a batch's requests one at a time; a server batches them
+    concurrent_episodes = True  # the evaluation runs each episode in its own thread: requests overlap
+
     def __init__(
         self,
         model: str,
@@ -65,10 +71,14 @@ class OpenAILLM(LLM):
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
         max_total_s: float = 60.0,
+        max_concurrent: int = 16,
     ) -> None:
         import openai
 
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
         self.model = model
+        self.max_concurrent = max_concurrent
         self.base_url = base_url
         self._api_key = api_key
         # Servers without auth (local vLLM / llama.cpp) still need a non-empty key for the client.
@@ -96,6 +106,24 @@ class OpenAILLM(LLM):
             if password and len(password) >= 4:
                 text = text.replace(password, "***")
         return text
+
+    def chat_batch(self, batch, *, tools=None, tools_per_row=None, max_tokens=256, temperature=0.0,
+                   seed=None, stop=None) -> list[Completion]:
+        """The chats as concurrent requests, replies in order (see the module docstring); when a
+        request fails, the first failure is raised once every request has returned."""
+        rows = tools_by_row(batch, tools, tools_per_row)
+        if len(batch) <= 1:
+            return [self.chat(m, tools=specs, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
+                    for m, specs in zip(batch, rows, strict=True)]
+        with ThreadPoolExecutor(max_workers=min(len(batch), self.max_concurrent),
+                                thread_name_prefix="orchestra-openai") as pool:
+            futures = [pool.submit(self.chat, m, tools=specs, max_tokens=max_tokens, temperature=temperature,
+                                   seed=None if seed is None else seed + i, stop=stop)
+                       for i, (m, specs) in enumerate(zip(batch, rows, strict=True))]
+        failed = next((f.exception() for f in futures if f.exception() is not None), None)
+        if failed is not None:
+            raise failed
+        return [f.result() for f in futures]
 
     def chat(self, messages, *, tools=None, max_tokens=256, temperature=0.0, seed=None, stop=None) -> Completion:
         request: dict[str, Any] = {

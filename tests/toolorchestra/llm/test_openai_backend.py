@@ -158,3 +158,54 @@ def test_a_hung_server_costs_at_most_max_total_s(server):
         make(server, timeout_s=1.0, max_attempts=20, max_total_s=1.5).chat([{"role": "user", "content": "x"}])
     assert time.perf_counter() - started < 3.0
     assert OpenAILLM("m").max_total_s == 60.0 and OpenAILLM("m").timeout_s == 30.0
+
+
+def test_a_batch_goes_out_as_concurrent_requests_with_replies_in_order():
+    """`chat_batch` overlaps its requests (a lockstep batch of episodes would otherwise wait one
+    round trip per row per turn), up to `max_concurrent`, and returns the replies in row order."""
+    state = {"now": 0, "most": 0, "seeds": {}}
+    lock = threading.Lock()
+
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            question = body["messages"][0]["content"]
+            with lock:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+                state["seeds"][question] = body.get("seed")
+            time.sleep(0.2)  # long enough for the other requests to arrive while this one is open
+            with lock:
+                state["now"] -= 1
+            data = json.dumps(ok_body(f"answer to {question}")).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        batch = [[{"role": "user", "content": f"question {i}"}] for i in range(4)]
+        replies = OpenAILLM("served-model", base_url=url).chat_batch(batch, max_tokens=5, seed=7)
+        assert [r.text for r in replies] == [f"answer to question {i}" for i in range(4)]
+        assert state["most"] == 4
+        assert state["seeds"] == {f"question {i}": 7 + i for i in range(4)}  # row i samples with seed + i
+        state["most"] = 0
+        OpenAILLM("served-model", base_url=url, max_concurrent=2).chat_batch(batch, max_tokens=5)
+        assert state["most"] == 2
+    finally:
+        httpd.shutdown()
+
+
+def test_a_failed_request_in_a_batch_raises_after_the_others_return(server):
+    server.steps.extend([(200, ok_body("one"), 0.0), (400, {"error": {"message": "bad request"}}, 0.0),
+                         (200, ok_body("three"), 0.0)])
+    with pytest.raises(LLMError, match="BadRequestError"):
+        make(server).chat_batch([[{"role": "user", "content": f"q{i}"}] for i in range(3)], max_tokens=5)
+    assert len(server.requests) == 3  # every request was sent and answered
