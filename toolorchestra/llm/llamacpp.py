@@ -558,6 +558,12 @@ class LlamaCppLLM(BatchLLM):
                         ticket.done.set()
         except BaseException as exc:  # every caller with rows in the engine raises it, this one included
             self._fail(exc)
+            if not own.done.is_set():  # its rows were still waiting: it raises too (a Ctrl-C is not lost)
+                with self._waiting_lock:
+                    if own in self._waiting:
+                        self._waiting.remove(own)
+                own.error = exc
+                own.done.set()
 
     def _fail(self, exc: BaseException) -> None:
         """Give `exc` to every ticket with rows in the engine and empty it (its KV cells stay)."""
