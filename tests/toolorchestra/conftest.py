@@ -67,6 +67,31 @@ def expert() -> ScriptedExpert:
 
 
 @pytest.fixture(scope="session")
+def records_qa(tmp_path_factory, settings, expert):
+    """(environment, training QA instances) of a library domain with calculations, lookups, counts
+    and aggregates, whose episodes offer the code interpreter (holding the domain's records) and
+    local search (over its passages)."""
+    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.preferences.assemble import build_instances
+    from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
+    from toolorchestra.synthesis.domains import load_embedded
+    from toolorchestra.tools.catalog import load_embedded_catalog
+
+    root = tmp_path_factory.mktemp("records_qa") / "validated"
+    result = synthesize_domain(load_embedded("library", seed=0, size=20), tasks=2, seed=0, qa=24,
+                               arithmetic_fraction=0.4, evolve_fraction=0.0)
+    write_domain_folder(root / "toolscale" / "library", result, qa_file=root / "qa" / "library.jsonl",
+                        docs_file=root / "qa" / "docs" / "library.jsonl")
+    catalog = load_embedded_catalog().with_search_corpus(root / "qa" / "docs").subset(["code_interpreter", "local_search"])
+    instances = [i for i in build_instances(root, catalog, include_policy=False, eval_task_fraction=0.2, seed=0)["train"]
+                 if i.kind == "qa"]
+    env = RolloutEnvironment(catalog, settings, DomainLocator([root]), EpisodeConfig(max_observation_chars=800),
+                             llm_for=lambda alias: expert)
+    return env, instances, root, catalog
+
+
+@pytest.fixture(scope="session")
 def splits(rl_tasks, answer_catalog):
     from toolorchestra.preferences.assemble import build_instances
 

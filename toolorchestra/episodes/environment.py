@@ -358,6 +358,18 @@ class RolloutEnvironment:
             return self._replay(instance, [(SEARCH_TOOL, {"query": query})], read_off)
         return None
 
+    def golden_recovery(self, instance: Instance, broken: str) -> tuple[list[Message], list[dict[str, Any]]] | None:
+        """A QA item's golden program after a failed first try: `broken` (a wrong program) run in
+        the episode's code interpreter, its real error, then the golden program and its printed
+        answer. None when the item has no program or code tool, `broken` does not fail, or the rest
+        is not scored correct. The warm start trains the retry, not the broken call
+        (`TranscriptEncoder.encode(..., context_turns=1)`): the golden data otherwise never shows
+        a failed call, and the policy answered "1" (from `exit status: 1`) after one."""
+        if instance.kind != "qa" or not instance.task.get("program") or CODE_TOOL not in instance.catalog_tools:
+            return None
+        return self._replay(instance, [(CODE_TOOL, {"code": broken}), (CODE_TOOL, {"code": instance.task["program"]})],
+                            lambda seen: printed_answer(seen[-1]), failed=1)
+
     def golden_first_call(self, instance: Instance) -> tuple[list[Message], list[dict[str, Any]]] | None:
         """A tool-use task's first golden call alone, as the policy's first turn (the prompt, then
         the call), when it succeeds on the task's fresh database; None otherwise. From tasks too
@@ -387,12 +399,16 @@ class RolloutEnvironment:
         return played
 
     def _replay(self, instance: Instance, calls: list[tuple[str, dict[str, Any]]],
-                reply_for: Callable[[list[str]], str]) -> tuple[list[Message], list[dict[str, Any]]] | None:
+                reply_for: Callable[[list[str]], str], *,
+                failed: int = 0) -> tuple[list[Message], list[dict[str, Any]]] | None:
         """Run `calls` through the instance's tools, then reply `reply_for(observations)`; the
-        conversation if that trajectory is scored correct."""
+        conversation if that trajectory is scored correct. The first `failed` calls must fail
+        (a recovery's wrong tries); for QA every later one must work."""
         played = self._play(instance, calls)
         turns = played.trajectory.turns
-        if instance.kind == "qa" and not all(turn.ok for turn in turns):  # a QA golden call must work
+        if any(turn.ok for turn in turns[:failed]):
+            return None
+        if instance.kind == "qa" and not all(turn.ok for turn in turns[failed:]):  # a QA golden call must work
             return None
         reply = reply_for([turn.observation for turn in turns])
         if not reply:

@@ -36,10 +36,10 @@ class DataConfig(BaseModel):
     )
 
 
-SFT_STRATA = ("tool_use", "first_call", "lookup", "count", "aggregate", "arithmetic")
-"""The warm start's strata (`rl.sft.stratum`): tickets, longer tickets' first calls, and the QA
-categories `synthesis.qa.CATEGORIES` labels items with (named here, not imported: the train
-stage would depend on the synthesis code)."""
+SFT_STRATA = ("tool_use", "first_call", "recovery", "lookup", "count", "aggregate", "arithmetic")
+"""The warm start's strata (`rl.sft.stratum`): tickets, longer tickets' first calls, programs
+retried after a failed one, and the QA categories `synthesis.qa.CATEGORIES` labels items with
+(named here, not imported: the train stage would depend on the synthesis code)."""
 
 
 class SFTSettings(BaseModel):
@@ -65,6 +65,11 @@ class SFTSettings(BaseModel):
         description="examples of a tool-use task's first golden call alone (stratum first_call), from training "
                     "tasks with more than data.max_actions golden calls: a domain tool called with its own "
                     "parameters, which the few short tickets alone did not teach")
+    recoveries: list[Literal["arithmetic", "count", "aggregate"]] = Field(
+        default_factory=list,
+        description="QA categories whose golden programs are also dealt after a failed try (stratum recovery): a "
+                    "broken version of the program, its real error, then the golden program and its answer; only "
+                    "the retry and the answer are trained")
     repeat: dict[str, int] = Field(
         default_factory=dict,
         description="stratum -> times each of its golden trajectories is dealt (tool_use, first_call, or a QA "

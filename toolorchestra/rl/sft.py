@@ -15,6 +15,7 @@ rollout of a group identical and GRPO then has nothing to learn from.
 
 from __future__ import annotations
 
+import ast
 import logging
 import random
 from collections import Counter, defaultdict, deque
@@ -42,8 +43,53 @@ class FirstCall:
         return f"{self.instance.id}#first_call"
 
 
-Dealt = Instance | FirstCall
-"""What the warm start deals: a task's whole golden trajectory, or a longer task's first call."""
+@dataclass(frozen=True)
+class Recovery:
+    """A QA item's golden program dealt after a broken try (`RolloutEnvironment.golden_recovery`)."""
+
+    instance: Instance
+    kind = "recovery"  # its stratum
+
+    @property
+    def id(self) -> str:
+        return f"{self.instance.id}#recovery"
+
+
+Dealt = Instance | FirstCall | Recovery
+"""What the warm start deals: a task's whole golden trajectory, a longer task's first call, or a
+QA program retried after a failed one."""
+
+HELPERS = {"find": 0, "count": 0, "total": 1, "average": 1, "maximum": 1, "minimum": 1}
+"""The records helpers (`envs.records`) -> which positional argument names the table."""
+
+
+def broken_program(program: str, rng: random.Random) -> str | None:
+    """A wrong version of a golden program, as the 135M policy writes them in the evaluation's
+    trajectories: the helper's table replaced by one of its field arguments (a `KeyError` that
+    lists the tables), an argument left out (a `TypeError` naming it), or the closing bracket
+    missing (a `SyntaxError`). A program without a records helper (a calculation) can only lose
+    its bracket. None when the program does not parse."""
+    try:
+        tree = ast.parse(program)
+    except SyntaxError:
+        return None
+    call = next((node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                 and node.func.id in HELPERS and len(node.args) >= 3), None)
+    breaks = ["unclosed"] + (["table", "argument"] if call is not None else [])
+    kind = rng.choice(breaks)
+    if kind == "unclosed":
+        stripped = program.rstrip()
+        return stripped[:-1] if stripped.endswith(")") else None
+    table = HELPERS[call.func.id]
+    if kind == "table":
+        field = call.args[table + 1]  # the field after the table: a name the question words
+        if not isinstance(field, ast.Constant):
+            return None
+        call.args[table] = ast.Constant(field.value)
+    else:
+        del call.args[table + 1]  # count loses its field, an aggregate its ref_field
+    return ast.unparse(tree)
+
 
 
 def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
@@ -51,11 +97,16 @@ def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenize
                     first_call_pool: list[Instance] | None = None) -> list[dict[str, list[int]]]:
     """Tokenized golden trajectories (`input_ids`, `assistant_masks`), one per task that has one
     (tool-use tasks, QA calculations and lookups), in a seeded order; with `settings.first_calls`,
-    also up to that many first golden calls of `first_call_pool`'s tasks (longer tool-use tasks)."""
+    also up to that many first golden calls of `first_call_pool`'s tasks (longer tool-use tasks);
+    with `settings.recoveries`, those categories' programs once more after a broken try."""
     encoder = TranscriptEncoder(tokenizer)
     order: list[Dealt] = list(one_per_task(instances, seed))
     if settings.first_calls:
         order += [FirstCall(i) for i in one_per_task(first_call_pool or [], seed)]
+    if settings.recoveries:
+        order += [Recovery(i) for i in one_per_task(instances, seed)
+                  if i.kind == "qa" and i.task.get("category") in settings.recoveries]
+    breaks = random.Random(seed)
     order = interleave_strata(order, settings.repeat) if settings.stratify else repeated(order, settings.repeat)
     encoded_for: dict[str, Any] = {}  # a repeated task is replayed once
     examples = []
@@ -65,9 +116,17 @@ def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenize
         if isinstance(instance, FirstCall) and kept[FirstCall.kind] >= settings.first_calls:
             continue  # enough of them (the pool is every longer task: some replay wrong or run long)
         if instance.id not in encoded_for:
-            golden = (env.golden_first_call(instance.instance) if isinstance(instance, FirstCall)
-                      else env.golden_conversation(instance))
-            encoded_for[instance.id] = None if golden is None else encoder.encode(golden[0], golden[1])
+            context_turns = 0
+            if isinstance(instance, FirstCall):
+                golden = env.golden_first_call(instance.instance)
+            elif isinstance(instance, Recovery):
+                broken = broken_program(str(instance.instance.task.get("program")), breaks)
+                golden = None if broken is None else env.golden_recovery(instance.instance, broken)
+                context_turns = 1  # the broken call is what the policy recovers from, not a target
+            else:
+                golden = env.golden_conversation(instance)
+            encoded_for[instance.id] = (None if golden is None
+                                        else encoder.encode(golden[0], golden[1], context_turns=context_turns))
             if encoded_for[instance.id] is not None and len(encoded_for[instance.id].ids) > settings.max_length:
                 log.info("skipping golden trajectory of %s: %d tokens > sft.max_length", instance.id,
                          len(encoded_for[instance.id].ids))
@@ -98,8 +157,8 @@ def one_per_task(instances: list[Instance], seed: int) -> list[Instance]:
 
 
 def stratum(instance: Dealt) -> str:
-    """The kind of golden trajectory: `tool_use`, `first_call`, or a QA item's category
-    (arithmetic, lookup, count, aggregate)."""
+    """The kind of golden trajectory: `tool_use`, `first_call`, `recovery`, or a QA item's
+    category (arithmetic, lookup, count, aggregate)."""
     return str(instance.task.get("category") or instance.kind) if instance.kind == "qa" else instance.kind
 
 

@@ -86,6 +86,7 @@ class TranscriptEncoder:
         *,
         sampled: list[list[int]] | None = None,
         generation_prompt: bool = False,
+        context_turns: int = 0,
     ) -> Encoded:
         """Ids and mask of `messages`.
 
@@ -96,6 +97,8 @@ class TranscriptEncoder:
                 appended with mask 0: the policy did not produce it.
             generation_prompt: end with the header of a new assistant turn (a rollout context);
                 otherwise the sequence ends right after the last assistant turn (a training one).
+            context_turns: the first this many assistant turns are context, not targets (mask 0):
+                a warm start's failed call that the example recovers from.
         """
         ids: list[int] = []
         mask: list[int] = []
@@ -127,9 +130,10 @@ class TranscriptEncoder:
                 raise TranscriptError(
                     f"the chat template did not close assistant message {i} with {self.eos_text!r}"
                 )
+            target = int(turn >= context_turns)
             if turn_ids is not None:
                 ids.extend(turn_ids)
-                mask.extend([1] * len(turn_ids))
+                mask.extend([target] * len(turn_ids))
                 if not turn_ids or turn_ids[-1] != self.eos_id:
                     ids.append(self.eos_id)
                     mask.append(0)
@@ -138,7 +142,7 @@ class TranscriptEncoder:
                     raise TranscriptError(f"assistant message {i} does not render after its generation prompt")
                 body = self.text_ids(after[len(before):end])
                 ids.extend(body + [self.eos_id])
-                mask.extend([1] * (len(body) + 1))
+                mask.extend([target] * (len(body) + 1))
             pending = after[end + len(self.eos_text):]
             covered = after
             turn += 1

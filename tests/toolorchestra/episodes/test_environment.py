@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -96,29 +97,15 @@ def test_scorer_reads_only_what_was_said_outside_tool_calls(make_env, tool_use, 
     assert not correct and details["communicate"] == 0.0
 
 
-def test_qa_golden_conversations_route_calculations_to_code_and_lookups_to_scoped_search(tmp_path, settings, expert):
+def test_qa_golden_conversations_route_calculations_to_code_and_lookups_to_scoped_search(records_qa):
     """A calculation, count or aggregate replays one code_interpreter call (counts and aggregates
     over the domain's records, which the QA episode's sandbox holds) and answers what it printed; a
     lookup one local_search call (scoped to the item's domain) and answers the value it read; the
     replay is scored like a rollout, so every returned conversation is correct."""
-    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
-    from toolorchestra.episodes.instance import DomainLocator
     from toolorchestra.episodes.pool import qa_category
     from toolorchestra.preferences.assemble import build_instances
-    from toolorchestra.synthesis.build import synthesize_domain, write_domain_folder
-    from toolorchestra.synthesis.domains import load_embedded
-    from toolorchestra.tools.catalog import load_embedded_catalog
 
-    root = tmp_path / "validated"
-    result = synthesize_domain(load_embedded("library", seed=0, size=20), tasks=2, seed=0, qa=24,
-                               arithmetic_fraction=0.4, evolve_fraction=0.0)
-    write_domain_folder(root / "toolscale" / "library", result, qa_file=root / "qa" / "library.jsonl",
-                        docs_file=root / "qa" / "docs" / "library.jsonl")
-    catalog = load_embedded_catalog().with_search_corpus(root / "qa" / "docs").subset(["code_interpreter", "local_search"])
-    instances = [i for i in build_instances(root, catalog, include_policy=False, eval_task_fraction=0.2, seed=0)["train"]
-                 if i.kind == "qa"]
-    env = RolloutEnvironment(catalog, settings, DomainLocator([root]), EpisodeConfig(max_observation_chars=800),
-                             llm_for=lambda alias: expert)
+    env, instances, root, catalog = records_qa
     found = {"qa_arithmetic": 0, "qa_lookup": 0, "qa_numeric": 0}
     for instance in instances:
         category = qa_category(QAItem.model_validate(instance.task))
@@ -145,6 +132,24 @@ def test_qa_golden_conversations_route_calculations_to_code_and_lookups_to_scope
     setup = env.setup(task.model_copy(update={"catalog_tools": ["code_interpreter"]}))
     assert not setup.toolbox.tools["code_interpreter"].files
     assert "database is loaded" not in setup.specs[-1]["function"]["description"]
+
+
+def test_a_golden_recovery_runs_the_broken_program_then_the_golden_one(records_qa):
+    """The broken try is run in the episode's sandbox (its observation is the real error), then the
+    golden program and its printed answer; a "broken" program that works is not a recovery."""
+    env, instances, _, _ = records_qa
+    item = next(i for i in instances if i.task.get("category") in ("count", "aggregate"))
+    program = item.task["program"]
+    broken = program.replace("print(", "print(undefined_helper(", 1) + ")"
+    messages, _ = env.golden_recovery(item, broken)
+    first, error, retry, observation, reply = messages[-5:]
+    assert "undefined_helper" in first["content"] and "NameError" in error["content"]
+    assert error["content"].startswith("exit status: 1")
+    assert json.dumps(program) in retry["content"]
+    assert reply["content"] == str(item.answer) and str(item.answer) in observation["content"]
+    assert env.golden_recovery(item, program) is None  # it did not fail: nothing to recover from
+    lookup = next(i for i in instances if i.task.get("category") == "lookup")
+    assert env.golden_recovery(lookup, broken) is None  # no program
 
 
 def test_an_offered_program_expert_pays_for_its_sandbox_run_when_the_code_tool_is_not_offered(

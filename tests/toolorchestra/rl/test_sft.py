@@ -138,7 +138,7 @@ def test_a_repeated_stratum_is_dealt_in_passes_and_the_cut_drops_repeats_first()
     from toolorchestra.rl.config import SFT_STRATA
     from toolorchestra.synthesis.qa import CATEGORIES
 
-    assert set(SFT_STRATA) == {"tool_use", "first_call", *CATEGORIES}  # every QA category can be repeated
+    assert set(SFT_STRATA) == {"tool_use", "first_call", "recovery", *CATEGORIES}  # every QA category can be repeated
     with pytest.raises(ValueError, match="unknown strata"):
         SFTSettings(repeat={"tickets": 2})
     with pytest.raises(ValueError, match="at least 1"):
@@ -185,3 +185,52 @@ def test_first_call_examples_train_a_longer_tasks_first_golden_call_alone(make_e
     pool = first_call_pool(config, tool_use)
     assert pool and all(len(i.tau2_task.actions) > shortest for i in pool)
     assert first_call_pool(config.model_copy(update={"sft": SFTSettings()}), tool_use) == []
+
+
+def test_a_broken_program_fails_the_way_the_policy_fails():
+    """The three breaks seen in the evaluation's trajectories: the table named by a field, an
+    argument left out, the closing bracket missing; a calculation can only lose its bracket."""
+    import ast
+    import random
+
+    from toolorchestra.rl.sft import broken_program
+
+    aggregate = "print(average('fees late fee', 'loans', 'member id', find('members', 'phone', '267')))"
+    seen = {broken_program(aggregate, random.Random(seed)) for seed in range(40)}
+    assert seen == {
+        "print(average('fees late fee', 'member id', 'member id', find('members', 'phone', '267')))",
+        "print(average('fees late fee', 'loans', find('members', 'phone', '267')))",
+        aggregate[:-1],
+    }
+    count = "print(count('loans', 'status', 'lost'))"
+    assert {broken_program(count, random.Random(seed)) for seed in range(40)} == {
+        "print(count('status', 'status', 'lost'))", "print(count('loans', 'lost'))", count[:-1]}
+    assert {broken_program("print(17 * 23)", random.Random(seed)) for seed in range(10)} == {"print(17 * 23"}
+    assert broken_program("print(", random.Random(0)) is None
+    for program in seen - {aggregate[:-1]}:
+        ast.parse(program)  # the others are valid Python that fails when it runs
+
+
+def test_recovery_examples_train_the_retry_and_not_the_broken_call(records_qa, tiny_llm, caplog):
+    env, instances, _, _ = records_qa
+    tokenizer = tiny_llm.tokenizer
+    settings = SFTSettings(max_examples=None, stratify=True, recoveries=["count", "aggregate"])
+    with caplog.at_level("INFO", logger="toolorchestra.rl.sft"):
+        examples = golden_examples(env, instances, tokenizer, settings)
+    programs = sum(i.task.get("category") in ("count", "aggregate") for i in instances)
+    recoveries = [e for e in examples if "exit status: 1" in tokenizer.decode(e["input_ids"])]
+    assert programs and len(recoveries) == programs and f"recovery {programs}" in caplog.text
+    for example in recoveries:
+        ids, mask = example["input_ids"], example["assistant_masks"]
+        text = tokenizer.decode(ids)
+        trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+        assert trained.count("<tool_call>") == 1  # the retry, not the broken call
+        calls = [part.split("</tool_call>")[0].strip() for part in text.split("<|im_start|>assistant")[1].split("<tool_call>")[1:]]
+        calls += [part.split("</tool_call>")[0].strip() for part in text.split("<|im_start|>assistant")[2].split("<tool_call>")[1:]]
+        broken, retry = calls
+        assert retry in trained
+        assert trained.endswith("<|im_end|>") and broken not in trained
+    without = golden_examples(env, instances, tokenizer, SFTSettings(max_examples=None, stratify=True))
+    assert len(without) == len(examples) - programs
+    with pytest.raises(ValueError):
+        SFTSettings(recoveries=["lookup"])  # a lookup has no program to break
