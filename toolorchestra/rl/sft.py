@@ -91,7 +91,6 @@ def broken_program(program: str, rng: random.Random) -> str | None:
     return ast.unparse(tree)
 
 
-
 def golden_examples(env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                     settings: SFTSettings, seed: int = 0,
                     first_call_pool: list[Instance] | None = None) -> list[dict[str, list[int]]]:
