@@ -107,6 +107,28 @@ def echoed_failure(before: Turn | None, reply: str) -> bool:
     return reply == before.observation.strip() or reply in lines
 
 
+RERUN_NEVER_HELPS = ("unknown_tool", "invalid_arguments")
+"""Failures the toolbox returns without running the tool: the same call gets the same answer."""
+
+
+def repeated_failure(before: Turn | None, name: str, arguments: dict[str, Any], toolbox: Toolbox) -> CallResult | None:
+    """The result for a call that repeats, with the same arguments, the call that failed on the
+    last turn (`before`), when running it again cannot change the outcome (the toolbox rejected it unrun, or
+    the tool is `deterministic`); None otherwise, and the call runs. The 2026-12-07 demo's policy
+    sent the same failing program or lookup three times in a row; each run cost a sandbox start or
+    a tool call and told it nothing new."""
+    if before is None or before.ok or before.tool != name or before.arguments != arguments:
+        return None
+    tool = toolbox.tools.get(name)
+    rerun_fails = before.error in RERUN_NEVER_HELPS or (
+        before.error == "tool_error" and tool is not None and tool.deterministic)
+    if not rerun_fails:
+        return None  # a model's sample or a remote call may come out differently
+    return CallResult(observation=f"Error: not run: this exact {name} call failed on the last turn and would "
+                                  "fail again. Change its arguments, call another tool, or answer.",
+                      ok=False, error="repeated_call")
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -200,7 +222,12 @@ class Orchestrator:
         return True
 
     def _act(self, episode: Episode, call: ParsedCall, completion: Completion | LLMError) -> tuple[float, CallResult] | None:
-        """Run the call (returns its start time and result), or None when it could exceed the budget."""
+        """Run the call (returns its start time and result), or None when it could exceed the budget;
+        a repeat of the call that just failed is answered without running it (`repeated_failure`)."""
+        turns = episode.trajectory.turns
+        refused = repeated_failure(turns[-1] if turns else None, call.name, call.arguments, episode.toolbox)
+        if refused is not None:
+            return time.time(), refused
         if episode.budget_usd is not None and isinstance(completion, Completion):
             bound = self.policy_price.tokens_cost(completion.usage)  # this turn's policy cost is spent
             bound += episode.toolbox.cost_bound(call.name, call.arguments, episode.context)

@@ -23,7 +23,7 @@ class Turn(BaseModel):
     observation: str | None = None
     ok: bool = True
     error: str | None = Field(
-        None, description="malformed_call, unknown_tool, invalid_arguments, tool_error, llm_error, crash"
+        None, description="malformed_call, unknown_tool, invalid_arguments, tool_error, llm_error, crash, repeated_call"
     )
     cost_usd: float = Field(0.0, description="policy tokens + tool cost of this turn, USD")
     latency_s: float = Field(0.0, description="policy generation + tool wall time of this turn")

@@ -56,6 +56,7 @@ class DomainEnv:
 
 class DomainTool(Tool):
     """Adapter: one declarative spec of a live `DomainEnv` as an agent tool."""
+    deterministic = True  # a call that fails raises before it writes (`envs.engine`), so its repeat fails alike
 
     def __init__(self, env: DomainEnv, spec: ToolSpec) -> None:
         self.env = env

@@ -63,6 +63,9 @@ class Tool(ABC):
     keep_last_line: bool = False
     """Whether a long observation keeps its last line when the toolbox shortens it (a program's
     error or result comes last; a search's best passage first)."""
+    deterministic: bool = False
+    """Whether the same arguments give the same result (no sampling, no network, no clock): a
+    failed call repeated as is would fail again, so the agent loop does not run it twice in a row."""
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI / Hermes function-tool schema shown to the model. Keywords that only

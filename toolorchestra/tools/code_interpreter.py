@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 class CodeInterpreter(Tool):
     """Runs Python code in a limited child process and returns what it printed."""
+    deterministic = True  # a fresh sandbox per call; only a wall-time kill depends on the load
 
     name = "code_interpreter"
     keep_last_line = True

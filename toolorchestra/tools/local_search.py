@@ -450,6 +450,7 @@ def _prune_stale(cache_dir: Path, corpus: str, keep: Path) -> None:
 
 class LocalSearch(Tool):
     """Search over a local document collection, by meaning and by words."""
+    deterministic = True  # a fixed index
 
     name = "local_search"
     parameters = {

@@ -44,7 +44,7 @@ class CallResult(BaseModel):
 
     observation: str
     ok: bool
-    error: str | None = Field(None, description="error kind: unknown_tool, invalid_arguments, tool_error, llm_error, crash")
+    error: str | None = Field(None, description="error kind: unknown_tool, invalid_arguments, tool_error, llm_error, crash, repeated_call")
     cost_usd: float = 0.0
     latency_s: float = 0.0
     usage: dict[str, Usage] = Field(default_factory=dict)

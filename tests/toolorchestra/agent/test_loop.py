@@ -124,6 +124,46 @@ def test_tool_failures_and_timeouts_become_observations(exc, error):
     assert traj.answer == "gave up"
 
 
+class Lookup(Tool):
+    """A deterministic tool that fails for an unknown id, counting its runs."""
+
+    name, description, deterministic = "lookup", "a record by id", True
+    parameters = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+
+    def __init__(self):
+        self.runs = 0
+
+    def run(self, arguments):
+        self.runs += 1
+        if arguments["id"] != "R1":
+            raise ToolError(f"no record with id {arguments['id']!r}")
+        return ToolOutput(content="R1: 42")
+
+
+def test_a_repeat_of_the_call_that_just_failed_is_not_run_when_it_would_fail_again():
+    """The 2026-12-07 demo's policy sent the same failing call three times in a row. A repeat of a
+    deterministic tool's failed call, or of one the toolbox rejected unrun, is answered without
+    running it; a changed call, or a repeat of a call that may come out differently, runs."""
+    lookup = Lookup()
+    traj, policy = run([call("lookup", id="X"), call("lookup", id="X"), call("lookup", id="R1"), "42"],
+                       tools=[lookup])
+    first, repeat, changed, _ = traj.turns
+    assert lookup.runs == 2 and traj.answer == "42"  # X once, then R1
+    assert (repeat.ok, repeat.error, repeat.tool, repeat.tool_cost_usd) == (False, "repeated_call", "lookup", 0.0)
+    assert "not run" in repeat.observation and policy.seen[2][-1]["content"] == repeat.observation
+    assert changed.ok and changed.observation == "R1: 42"
+    # rejected unrun by the schema: the same arguments are rejected again
+    traj, _ = run([call("add", a=1), call("add", a=1), "3"])
+    assert [t.error for t in traj.turns[:2]] == ["invalid_arguments", "repeated_call"]
+    # a tool that is not deterministic (a model, a remote service) is run again
+    flaky = Broken(ToolError("timed out"))
+    traj, _ = run([call("broken"), call("broken"), "gave up"], tools=[flaky])
+    assert [t.error for t in traj.turns[:2]] == ["tool_error", "tool_error"]
+    # a repeat after a success runs (the answer may be read again)
+    traj, _ = run([call("add", a=2, b=3), call("add", a=2, b=3), "5"])
+    assert [t.ok for t in traj.turns[:2]] == [True, True]
+
+
 @pytest.mark.parametrize(
     ("reply", "echo"),
     [

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.agent.loop import repeated_failure
 from toolorchestra.agent.trajectory import Trajectory, Turn
 from toolorchestra.episodes.environment import EpisodeConfig, EpisodeSetup, RolloutEnvironment, answered, score_rollout
 from toolorchestra.episodes.instance import DomainLocator, Instance
@@ -63,8 +64,15 @@ class VerlEpisode:
         return [spec["function"]["name"] for spec in self.setup.specs]
 
     def call(self, name: str, arguments: dict[str, Any]) -> CallResult:
-        """Run one tool call on this episode's toolbox (never raises for the model's mistakes)."""
-        result = self.setup.toolbox.call(name, arguments, self.context)
+        """Run one tool call on this episode's toolbox (never raises for the model's mistakes); a
+        repeat of the call that just failed is answered unrun, as in the agent loop."""
+        last = None
+        if self.calls:
+            last_name, last_arguments, last_result = self.calls[-1]
+            last = Turn(index=len(self.calls) - 1, text="", tool=last_name, arguments=last_arguments,
+                        ok=last_result.ok, error=last_result.error)
+        result = (repeated_failure(last, name, arguments, self.setup.toolbox)
+                  or self.setup.toolbox.call(name, arguments, self.context))
         self.calls.append((name, arguments, result))
         if result.ok:
             self.context.notes.append(f"[{name}] {result.observation}")

@@ -133,3 +133,21 @@ def test_answer_tool_ends_the_trajectory_and_bad_calls_are_recorded(loop_factory
     out, _ = loop_factory(instance, ['<tool_call>\n{"name": oops}\n</tool_call>', "Bye."])
     record = out.extra_fields["orchestra"]
     assert not record["format_valid"] and not record["valid"] and not record["correct"]
+
+
+def test_a_verl_episode_answers_a_repeat_of_the_call_that_just_failed_unrun(make_env, tool_use):
+    """As in the agent loop (`agent.loop.repeated_failure`): a domain tool is deterministic, so its
+    failed call repeated as is is not run again; a changed call runs."""
+    from toolorchestra.rl.verl.episode import VerlEpisode
+
+    env = make_env(max_domain_tools=3)
+    task, action = next((t, a) for t in tool_use for a in t.tau2_task.actions if a.name.startswith("get_"))
+    episode = VerlEpisode.start(env, task)
+    id_param = next(iter(action.arguments))
+    wrong = {**action.arguments, id_param: "NO-SUCH-ID"}
+    first = episode.call(action.name, wrong)
+    repeat = episode.call(action.name, wrong)
+    right = episode.call(action.name, dict(action.arguments))
+    assert (first.ok, first.error) == (False, "tool_error")
+    assert (repeat.ok, repeat.error, repeat.cost_usd) == (False, "repeated_call", 0.0) and "not run" in repeat.observation
+    assert right.ok
