@@ -21,7 +21,7 @@ import random
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from toolorchestra.episodes.environment import RolloutEnvironment
 from toolorchestra.episodes.instance import Instance
@@ -32,27 +32,28 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FirstCall:
+class Variant:
+    """A training task dealt as another example than its whole golden trajectory; `kind` is its
+    stratum."""
+
+    instance: Instance
+    kind: ClassVar[str]
+
+    @property
+    def id(self) -> str:
+        return f"{self.instance.id}#{self.kind}"
+
+
+class FirstCall(Variant):
     """A tool-use task whose first golden call alone is the example (`RolloutEnvironment.golden_first_call`)."""
 
-    instance: Instance
-    kind = "first_call"  # its stratum
-
-    @property
-    def id(self) -> str:
-        return f"{self.instance.id}#first_call"
+    kind = "first_call"
 
 
-@dataclass(frozen=True)
-class Recovery:
+class Recovery(Variant):
     """A QA item's golden program dealt after a broken try (`RolloutEnvironment.golden_recovery`)."""
 
-    instance: Instance
-    kind = "recovery"  # its stratum
-
-    @property
-    def id(self) -> str:
-        return f"{self.instance.id}#recovery"
+    kind = "recovery"
 
 
 Dealt = Instance | FirstCall | Recovery
@@ -68,7 +69,8 @@ def broken_program(program: str, rng: random.Random) -> str | None:
     trajectories: the helper's table replaced by one of its field arguments (a `KeyError` that
     lists the tables), an argument left out (a `TypeError` naming it), or the closing bracket
     missing (a `SyntaxError`). A program without a records helper (a calculation) can only lose
-    its bracket. None when the program does not parse."""
+    its bracket. None when it cannot be broken (it does not parse, or the
+    break drawn does not apply to it)."""
     try:
         tree = ast.parse(program)
     except SyntaxError:
