@@ -33,7 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 # per step, from the trainer's logs: whether the rollouts had anything to learn from
-LOGGED = ("accuracy", "turns_mean", "frac_reward_zero_std", "groups_filtered")
+LOGGED = ("accuracy", "turns_mean", "frac_reward_zero_std", "groups_filtered", "groups_refilled")
 
 
 def main() -> int:

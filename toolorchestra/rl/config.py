@@ -143,6 +143,8 @@ class GRPOSettings(BaseModel):
     epsilon_high: float = Field(0.28, gt=0)
     clip_advantage: float = Field(3.0, gt=0)
     min_std: float = Field(0.1, ge=0, description="groups whose reward spread is at most this are filtered")
+    refill_rounds: int = Field(0, ge=0, le=16, description="DAPO's dynamic sampling: draws of a fresh training "
+                               "instance for each group without reward spread (0: the group is only filtered)")
     dead_band: DeadBandSettings = Field(default_factory=DeadBandSettings,
                                         description="metric ranges that count as constant (both backends)")
     temperature: float = Field(1.0, gt=0)

@@ -175,8 +175,8 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float]:
         return {}
     out: dict[str, float] = {"grpo/steps": float(len(steps))}
     for key in ("orchestra/reward_mean", "orchestra/accuracy", "orchestra/format_valid_rate",
-                "orchestra/frac_reward_zero_std", "orchestra/groups_filtered", "orchestra/completions_masked",
-                "orchestra/cost_mean",
+                "orchestra/frac_reward_zero_std", "orchestra/groups_filtered", "orchestra/groups_refilled",
+                "orchestra/completions_masked", "orchestra/cost_mean",
                 "orchestra/latency_mean", "orchestra/rollout_s", "step_time", "tokens_per_s"):
         values = [h[key] for h in steps if key in h]
         if values:

@@ -26,6 +26,10 @@ response schema. So the phases are:
    groups itself (the same pure `score`, again in the reward function: it is cheap and
    deterministic) and returns an all-zero `env_mask` for a filtered group's completions. They then
    add nothing to the loss, the KL term or the normaliser; TRL's loss is not re-implemented.
+   With `refill_rounds` (DAPO's dynamic sampling) such a group is first replaced, where it can be,
+   by the group of a training instance not yet in the step that does have spread: rollouts on
+   llama.cpp cost a fraction of the step's forward and backward, so a step trains on more groups
+   that carry a gradient for little more time (`groups_refilled` in the step's metrics).
 4. **advantage**: with `scale_rewards="none"` TRL computes `r - mean(r)` per group. Our advantages
    are z-scores (mean 0 within the group), so TRL's advantages are exactly `group_advantages`, as
    long as no z-score was clipped: with `num_generations <= 10` a z-score cannot exceed 3 (its
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 import statistics
 import time
 from collections import Counter
@@ -86,13 +91,16 @@ class OrchestraRollouts:
 
     def __init__(self, env: RolloutEnvironment, instances: list[Instance], tokenizer: Any,
                  *, max_completion_length: int, temperature: float,
-                 scorer: OrchestraAdvantage | None = None) -> None:
+                 scorer: OrchestraAdvantage | None = None, refill_rounds: int = 0, seed: int = 0) -> None:
         self.env, self.tokenizer, self.scorer = env, tokenizer, scorer
         self.by_id = {i.id: i for i in instances}
         self.max_completion_length, self.temperature = max_completion_length, temperature
+        self.refill_rounds = refill_rounds
+        self._draw = random.Random(seed)
         self.policy_factory: Callable[..., RolloutPolicy] = RolloutPolicy
         self.last: list[Rollout] = []
         self.last_sampled_tokens = 0  # the tokens the policy sampled in the last call, filtered groups included
+        self.last_refilled = 0  # groups of the last call replaced by a fresh instance's group with spread
 
     def __call__(self, prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
         began = time.perf_counter()
@@ -105,6 +113,7 @@ class OrchestraRollouts:
         policy = self.policy_factory(model, self.tokenizer, name="policy")
         with trainer.accelerator.autocast():  # generation in the run's precision (bf16 autocast on CPU)
             rollouts = self.env.run(policy, instances, temperature=self.temperature)
+            rollouts, discarded = self._refill(policy, rollouts)
         prompt_ids, completion_ids, env_mask = [], [], []
         for rollout in rollouts:
             messages = rollout.trajectory.messages
@@ -116,8 +125,9 @@ class OrchestraRollouts:
             prompt_ids.append(encoded.prompt_ids)
             completion_ids.append(ids)
             env_mask.append(mask)
+        self.last_sampled_tokens = sum(sum(mask) for mask in env_mask) + sum(
+            len(ids) for r in discarded for ids in policy.sampled(r.trajectory.messages))
         policy.clear()
-        self.last_sampled_tokens = sum(sum(mask) for mask in env_mask)
         if self.scorer is not None:  # a filtered group leaves the loss and its normaliser
             score = self.scorer.score(rollouts)
             env_mask = [[0] * len(mask) if adv is None else mask for mask, adv in zip(env_mask, score.advantages, strict=True)]
@@ -125,7 +135,41 @@ class OrchestraRollouts:
         # The step's generation phase, for its split against the optimisation (`orchestra/rollout_s`
         # next to TRL's `step_time`): a scalar reaches every reward call as is.
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
-                "env_mask": env_mask, "rollout": rollouts, "rollout_seconds": time.perf_counter() - began}
+                "env_mask": env_mask, "rollout": rollouts, "rollout_seconds": time.perf_counter() - began,
+                "groups_refilled": self.last_refilled}
+
+    def _refill(self, policy: RolloutPolicy, rollouts: list[Rollout]) -> tuple[list[Rollout], list[Rollout]]:
+        """DAPO's dynamic sampling: each group without reward spread is replaced by the group of an
+        instance not yet in this step, drawn from the training set, when that group has spread; up to
+        `refill_rounds` draws per group. A group that found none stays (and is masked out of the loss).
+        The prompts TRL handed over are then not all the step's prompts: TRL trains on the returned
+        `prompt_ids`, and the reward sees the returned rollouts. Returns the step's rollouts and those
+        generated but not kept."""
+        self.last_refilled = 0
+        discarded: list[Rollout] = []
+        if self.scorer is None or not self.refill_rounds:
+            return rollouts, discarded
+        size = self.scorer.num_generations
+        used = {r.instance.id for r in rollouts}
+        for _ in range(self.refill_rounds):
+            advantages = self.scorer.score(rollouts).advantages
+            dead = [start for start in range(0, len(rollouts), size) if advantages[start] is None]
+            pool = [i for i in self.by_id.values() if i.id not in used]
+            if not dead or not pool:
+                break
+            fresh = self._draw.sample(pool, min(len(dead), len(pool)))
+            used.update(i.id for i in fresh)
+            runs = self.env.run(policy, [i for i in fresh for _ in range(size)], temperature=self.temperature)
+            fresh_advantages = self.scorer.score(runs).advantages
+            for k, start in enumerate(dead[:len(fresh)]):
+                group = runs[k * size:(k + 1) * size]
+                if fresh_advantages[k * size] is None:
+                    discarded.extend(group)
+                else:
+                    discarded.extend(rollouts[start:start + size])
+                    rollouts[start:start + size] = group
+                    self.last_refilled += 1
+        return rollouts, discarded
 
 
 @dataclass
@@ -176,12 +220,15 @@ class OrchestraAdvantage:
 
     def __call__(self, prompts: list[Any], completions: list[Any], rollout: list[Rollout],
                  log_metric: Callable[[str, float], None] | None = None,
-                 rollout_seconds: list[float] | None = None, **_: Any) -> list[float]:
+                 rollout_seconds: list[float] | None = None, groups_refilled: list[int] | None = None,
+                 **_: Any) -> list[float]:
         score = self.score(rollout)
         self.last_rewards = score.rewards
         self.last_stats = batch_stats(rollout, score)
         if rollout_seconds:  # one value per completion, all the same: the step's generation phase
             self.last_stats["rollout_s"] = float(rollout_seconds[0])
+        if groups_refilled:  # the share of groups drawn again: filtered + refilled = first draw's filtered
+            self.last_stats["groups_refilled"] = groups_refilled[0] / score.groups
         if log_metric is not None:
             for key, value in self.last_stats.items():
                 log_metric(f"orchestra/{key}", value)
@@ -374,7 +421,8 @@ def build_grpo_trainer(
     reward = OrchestraAdvantage(env, settings.num_generations, clip=settings.clip_advantage,
                                 min_std=settings.min_std, dead_band=settings.dead_band.bands())
     rollouts = OrchestraRollouts(env, instances, tokenizer, max_completion_length=settings.max_completion_length,
-                                 temperature=settings.temperature, scorer=reward)
+                                 temperature=settings.temperature, scorer=reward,
+                                 refill_rounds=settings.refill_rounds, seed=seed)
     if settings.rollout_engine == "llamacpp":
         from toolorchestra.rl.llamacpp_rollouts import LlamaCppRollouts
 

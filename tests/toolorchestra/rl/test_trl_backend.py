@@ -139,6 +139,59 @@ def test_a_group_without_spread_is_filtered(trainer):
     assert trainer.orchestra_rollouts.last_sampled_tokens > 0
 
 
+def refilling_trainer(tiny_dir, tiny_llm, make_env, instances, tmp_path, rounds):
+    """The fixture's trainer over `instances`, drawing up to `rounds` fresh groups for a dead one."""
+    settings = GRPOSettings(steps=1, num_generations=4, learning_rate=1e-3, max_completion_length=2048,
+                            refill_rounds=rounds)
+    trainer = build_grpo_trainer(tiny_dir, tiny_llm.tokenizer, make_env(max_turns=4, max_tokens=48), instances,
+                                 settings, tmp_path / "grpo", use_cpu=True, seed=0)
+
+    def factory(model, tokenizer, name="policy"):
+        policy = ScriptedRolloutPolicy(model, tokenizer, name=name)
+        policy.instance = instances[0]  # the twins share the task: the same golden calls
+        return policy
+
+    trainer.orchestra_rollouts.policy_factory = factory
+    return trainer
+
+
+def test_a_group_without_spread_is_replaced_by_a_fresh_instances_group_with_spread(tiny_dir, tiny_llm, make_env,
+                                                                                  instance, tmp_path):
+    # Before, a group whose four rollouts all solved the task was masked out and the step trained on
+    # fewer groups; with refill_rounds a fresh training instance is drawn for it (DAPO's dynamic
+    # sampling), and a group with spread takes its place.
+    twins = [instance.model_copy(update={"id": f"{instance.id}-{k}"}) for k in range(3)]
+    trainer = refilling_trainer(tiny_dir, tiny_llm, make_env, [instance, *twins], tmp_path, rounds=2)
+    row = dict(trainer.train_dataset[0])
+    # the first draw all golden (no spread), the first refill too, the second one mixed
+    ScriptedRolloutPolicy.plan = ("golden",) * 8 + PLAN
+    try:
+        trainer.model.train()
+        out = trainer._generate_and_score_completions([dict(row) for _ in range(4)])
+    finally:
+        ScriptedRolloutPolicy.plan = PLAN
+    rollouts = trainer.orchestra_rollouts.last
+    assert len({r.instance.id for r in rollouts}) == 1 and rollouts[0].instance.id != row["instance_id"]
+    assert [r.correct for r in rollouts] == [True, True, False, False]
+    assert out["tool_mask"].sum() > 0 and out["advantages"].abs().sum() > 0  # it trains
+    stats = trainer.orchestra_reward.last_stats
+    assert stats["groups_refilled"] == 1.0 and stats["groups_filtered"] == 0.0
+    # every sampled token counts, the discarded groups' too (generation tokens/s)
+    kept = int((out["completion_mask"] * out["tool_mask"]).sum())
+    assert trainer.orchestra_rollouts.last_sampled_tokens > 2 * kept
+
+
+def test_without_a_fresh_group_with_spread_the_dead_group_stays_filtered(tiny_dir, tiny_llm, make_env, instance,
+                                                                         tmp_path):
+    twin = instance.model_copy(update={"id": f"{instance.id}-twin"})
+    trainer = refilling_trainer(tiny_dir, tiny_llm, make_env, [instance, twin], tmp_path, rounds=3)
+    out = scripted(trainer, ("golden",) * 4, 4)  # every draw all golden; the pool runs out after one
+    assert trainer.orchestra_rollouts.last[0].instance.id in {instance.id, twin.id}
+    assert out["tool_mask"].sum() == 0
+    stats = trainer.orchestra_reward.last_stats
+    assert stats["groups_refilled"] == 0.0 and stats["groups_filtered"] == 1.0
+
+
 def test_a_filtered_group_leaves_the_loss_and_its_normaliser(trainer):
     # Two groups in one batch: all-golden (no spread: filtered) and the mixed plan. Before, the
     # filtered group's tokens stayed in TRL's loss mask with advantage 0 and inflated the DAPO
