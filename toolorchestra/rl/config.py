@@ -145,6 +145,8 @@ class GRPOSettings(BaseModel):
     min_std: float = Field(0.1, ge=0, description="groups whose reward spread is at most this are filtered")
     refill_rounds: int = Field(0, ge=0, le=16, description="DAPO's dynamic sampling: draws of a fresh training "
                                "instance for each group without reward spread (0: the group is only filtered)")
+    stratify: bool = Field(False, description="deal each step's prompts round-robin over the task categories "
+                           "(tool use and each QA category, as sft.stratify) instead of TRL's seeded shuffle")
     dead_band: DeadBandSettings = Field(default_factory=DeadBandSettings,
                                         description="metric ranges that count as constant (both backends)")
     temperature: float = Field(1.0, gt=0)

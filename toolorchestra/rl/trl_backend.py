@@ -70,6 +70,7 @@ from toolorchestra.episodes.environment import Rollout, RolloutEnvironment
 from toolorchestra.episodes.instance import Instance
 from toolorchestra.episodes.reward import DeadBand, group_advantages, group_rewards
 from toolorchestra.rl.config import GRPOSettings
+from toolorchestra.rl.sft import interleave_strata
 from toolorchestra.rl.transcript import RolloutPolicy
 from toolorchestra.rl.trl_cpu import compact_fused_head_on_cpu
 
@@ -342,6 +343,19 @@ def batch_stats(rollouts: list[Rollout], score: BatchScore) -> dict[str, float]:
     return {k: v for k, v in stats.items() if math.isfinite(v)}
 
 
+def step_order(instances: list[Instance], settings: GRPOSettings, seed: int) -> list[Instance]:
+    """The training prompts in the order TRL deals them: as given (TRL shuffles them, seeded), or
+    with `settings.stratify` shuffled by `seed` and then dealt round-robin over the task
+    categories, so that every step of a few prompts holds each category: with a plain shuffle a
+    step of 8 prompts may hold no lookup, and the step then moves the lookups' routing as a side
+    effect of the others' (docs/design.md)."""
+    if not settings.stratify:
+        return instances
+    shuffled = list(instances)
+    random.Random(seed).shuffle(shuffled)
+    return [i for i in interleave_strata(shuffled) if isinstance(i, Instance)]
+
+
 def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: int, max_steps: int,
               bf16: bool | None = None) -> Any:
     from trl import GRPOConfig
@@ -375,7 +389,7 @@ def grpo_args(settings: GRPOSettings, output_dir: Path, *, use_cpu: bool, seed: 
         bf16=(not use_cpu) if bf16 is None else bf16,  # on CPU: autocast over fp32 weights
         seed=seed,
         remove_unused_columns=False,
-        shuffle_dataset=True,
+        shuffle_dataset=not settings.stratify,  # a stratified dataset is already in its seeded order
         model_init_kwargs={"dtype": "float32" if use_cpu else "bfloat16"},
         dataloader_num_workers=0,
         **vllm_args(settings, use_cpu=use_cpu),
@@ -417,7 +431,7 @@ def build_grpo_trainer(
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if not instances:
         raise ConfigError(None, "no training instances", key="data")
-    dataset = datasets.Dataset.from_list([prompt_row(i) for i in instances])
+    dataset = datasets.Dataset.from_list([prompt_row(i) for i in step_order(instances, settings, seed)])
     reward = OrchestraAdvantage(env, settings.num_generations, clip=settings.clip_advantage,
                                 min_std=settings.min_std, dead_band=settings.dead_band.bands())
     rollouts = OrchestraRollouts(env, instances, tokenizer, max_completion_length=settings.max_completion_length,

@@ -363,3 +363,23 @@ def test_llamacpp_rollouts_feed_the_trainer_token_exact(tiny_dir, tiny_llm, make
     assert len(rollouts) == 4 and all(r.trajectory.turns or r.trajectory.messages for r in rollouts)
     assert out["completion_ids"].shape[0] == 4
     factory.close()
+
+
+def test_a_stratified_grpo_step_deals_every_category(records_qa, tool_use, tmp_path):
+    # Before, TRL shuffled the prompts, and a step of 8 drew whatever the pool's mix gave (about
+    # half calculations): a step could hold no lookup at all and still move the lookups' routing.
+    from toolorchestra.rl.sft import stratum
+    from toolorchestra.rl.trl_backend import grpo_args, step_order
+
+    _, qa, _, _ = records_qa
+    pool = qa + tool_use
+    categories = {stratum(i) for i in pool}
+    assert categories >= {"tool_use", "arithmetic", "lookup", "count"}
+    plain, stratified = GRPOSettings(), GRPOSettings(stratify=True)
+    assert step_order(pool, plain, seed=0) == pool  # TRL shuffles it
+    assert grpo_args(plain, tmp_path, use_cpu=True, seed=0, max_steps=1).shuffle_dataset
+    order = step_order(pool, stratified, seed=0)
+    assert sorted(i.id for i in order) == sorted(i.id for i in pool)  # every prompt, once
+    assert {stratum(i) for i in order[:len(categories)]} == categories  # the first step holds them all
+    assert step_order(pool, stratified, seed=0) == order != step_order(pool, stratified, seed=1)
+    assert not grpo_args(stratified, tmp_path, use_cpu=True, seed=0, max_steps=1).shuffle_dataset  # TRL keeps it
