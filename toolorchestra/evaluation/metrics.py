@@ -131,6 +131,50 @@ def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tupl
     return max(0.0, float(ci.low)), min(1.0, float(ci.high))
 
 
+class Paired(BaseModel):
+    """Two methods on the same scored episodes: how many each alone solved, both, neither, and the
+    exact McNemar test's two-sided p (a binomial test of the discordant episodes at 1/2)."""
+
+    first_only: int
+    second_only: int
+    both: int
+    neither: int
+    p_value: float
+
+
+def paired_outcomes(records: list[TaskRecord], first: str, second: str) -> Paired | None:
+    """`first` against `second` over the scored episodes both ran (benchmark, key, variant); None
+    when they share none. Two accuracies whose intervals overlap can still differ beyond noise on
+    the same episodes (and the reverse): the discordant episodes are what a change moved.
+
+    >>> def ep(method, task, correct):
+    ...     return TaskRecord(method=method, benchmark="qa", task_id=task, key=task, kind="qa", correct=correct,
+    ...                       answered=True, format_valid=True, cost_usd=0.0, latency_s=0.0, turns=1)
+    >>> runs = [ep("a", str(i), i < 9) for i in range(10)] + [ep("b", str(i), i == 9) for i in range(10)]
+    >>> paired = paired_outcomes(runs, "a", "b")
+    >>> (paired.first_only, paired.second_only, paired.both, paired.neither, round(paired.p_value, 4))
+    (9, 1, 0, 0, 0.0215)
+    """
+    def outcomes(method: str) -> dict[tuple[str, str, str], bool]:
+        return {(r.benchmark, r.key, r.variant): r.correct for r in records if r.method == method and r.scored}
+
+    a, b = outcomes(first), outcomes(second)
+    shared = a.keys() & b.keys()
+    if not shared:
+        return None
+    first_only = sum(a[k] and not b[k] for k in shared)
+    second_only = sum(b[k] and not a[k] for k in shared)
+    both = sum(a[k] and b[k] for k in shared)
+    discordant = first_only + second_only
+    p_value = 1.0
+    if discordant:
+        from scipy.stats import binomtest  # lazy: scipy.stats costs a second to import
+
+        p_value = float(binomtest(first_only, discordant, 0.5).pvalue)
+    return Paired(first_only=first_only, second_only=second_only, both=both,
+                  neither=len(shared) - discordant - both, p_value=p_value)
+
+
 def proportion_interval(rate: float | None, n: int) -> tuple[float, float]:
     """The Wilson interval of a rate given as a share of n (the successes are `round(rate * n)`),
     for reports that stored only the rate and n."""

@@ -12,7 +12,9 @@ Pareto plot, and the files the `evaluate` stage writes.
 - `table.json`: the long-format table (one row per method x benchmark) logged to MLflow;
 - `report.md`: the table as the paper prints it (each accuracy and adherence with its 95% Wilson
   interval, `41.0% [31.9, 50.8]`), where each method's calls went (share per tool and per expert
-  model), each method's solved episodes and first calls per task category, plus notes;
+  model), each method's solved episodes and first calls per task category, the candidate paired
+  with every other method on the same episodes (episodes only one solved, exact McNemar p: for
+  `sft_only` that is what GRPO moved), plus notes;
 - `pareto.png`: mean cost per task vs accuracy for each method, overall and per benchmark, with
   the Pareto front (no other method is both cheaper and at least as accurate) drawn. Methods on
   the same or nearly the same point share one label listing their names, and labels are placed
@@ -31,7 +33,7 @@ from typing import Any
 from toolorchestra.core.fs import atomic_write_bytes, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from toolorchestra.evaluation.benchmarks import task_list
 from toolorchestra.evaluation.methods import CANDIDATE, mark_extremes
-from toolorchestra.evaluation.metrics import Metrics, TaskRecord, adherence_checks
+from toolorchestra.evaluation.metrics import Metrics, Paired, TaskRecord, adherence_checks, paired_outcomes
 from toolorchestra.evaluation.runner import EvalRun, method_rows
 
 _UNSAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. ]")
@@ -143,6 +145,25 @@ def category_table(run: EvalRun, *, top: int = 3) -> str:
     return "\n".join(lines)
 
 
+def paired(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, Paired]:
+    """The candidate against every other method on the same scored episodes (empty when the run
+    has no candidate)."""
+    if candidate not in run.summary:
+        return {}
+    out = {m.name: paired_outcomes(run.records, candidate, m.name) for m in run.methods if m.name != candidate}
+    return {name: result for name, result in out.items() if result is not None}
+
+
+def paired_table(run: EvalRun, candidate: str = CANDIDATE) -> str:
+    """`paired` as a table: for the SFT-only checkpoint it says what GRPO moved, in episodes."""
+    lines = [f"| method | right only for {candidate} | right only for the method | both | neither | exact McNemar p |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, result in paired(run, candidate).items():
+        lines.append(f"| {name} | {result.first_only} | {result.second_only} | {result.both} | {result.neither} | "
+                     f"{result.p_value:.2g} |")
+    return "\n".join(lines)
+
+
 def markdown_table(run: EvalRun) -> str:
     labels = mark_extremes(run.summary, run.methods)
     benches = [b.name for b in run.benchmarks]
@@ -188,6 +209,16 @@ def markdown_report(run: EvalRun, *, title: str = "Evaluation", notes: list[str]
         "",
         category_table(run),
         "",
+    ]
+    if paired(run):
+        out += [
+            f"Paired with the candidate (`{CANDIDATE}`) on the same scored episodes: episodes only one of the two "
+            "solved, and the exact McNemar test of those (two-sided).",
+            "",
+            paired_table(run),
+            "",
+        ]
+    out += [
         "Methods:",
         "",
     ]
@@ -380,6 +411,7 @@ def metrics_document(run: EvalRun, **extra: Any) -> dict[str, Any]:
         "labels": mark_extremes(run.summary, run.methods),
         "summary": {m: {b: v.model_dump(mode="json") for b, v in per.items()} for m, per in run.summary.items()},
         "seconds": run.seconds,
+        "paired": {name: result.model_dump() for name, result in paired(run).items()},
         "config": run.config.model_dump(mode="json"),
         **extra,
     }
@@ -422,6 +454,10 @@ def headline_metrics(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, floa
         n = sum(1 for r in run.records if r.method == method)
         if run.seconds.get(method):
             out[f"eval/{method}/episodes_per_s"] = n / run.seconds[method]
+    for name, result in paired(run, candidate).items():
+        key = f"eval/paired/{_UNSAFE_KEY.sub('_', name)}"
+        out.update({f"{key}/candidate_only": float(result.first_only), f"{key}/method_only": float(result.second_only),
+                    f"{key}/p_value": result.p_value})
     cand = run.summary[candidate]["overall"]
     out.update({"accuracy": cand.accuracy, "accuracy_ci_low": cand.accuracy_ci_low,
                 "accuracy_ci_high": cand.accuracy_ci_high, "cost_mean": cand.cost_mean, "latency_mean": cand.latency_mean,

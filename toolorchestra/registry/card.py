@@ -4,8 +4,9 @@ Sections: the gate's decision in one line and every check's reason (with its fig
 intervals); the model (base model, training steps, policy alias, weights hash, MLflow run, lineage
 command); data versions (every stage's outputs and their md5 from `dvc.lock`); parameters (the
 stages' parameters as `dvc.lock` recorded them, and the gate's); the evaluation (method x metrics,
-task-list fingerprint); the candidate versus the gate's baselines and versus the previous champion
-on the same evaluation; known limits (general ones and those this evaluation shows). Accuracy and
+task-list fingerprint); the candidate versus the gate's baselines; the candidate paired with its
+warm start and the champion on the same episodes (right only for one of the two, exact McNemar p);
+versus the previous champion on the same evaluation; known limits (general ones and those this evaluation shows). Accuracy and
 adherence are shown with their 95% Wilson intervals (`55.0% [34.2, 74.2]`), read from the report
 or, for a report that lacks them, computed from the rate and its count.
 """
@@ -90,6 +91,22 @@ def evaluation_limits(report: Mapping[str, Any], candidate: str) -> list[str]:
     return out
 
 
+def paired_lines(report: Mapping[str, Any], champion: Mapping[str, Any] | None) -> list[str]:
+    """The candidate paired with its warm start (`sft_only`: what GRPO moved) and with the champion
+    on the same episodes, from the report's `paired` (none for a report written before it)."""
+    paired = report.get("paired") or {}
+    shown = [m for m in ("sft_only", (champion or {}).get("method")) if m and m in paired]
+    if not shown:
+        return []
+    lines = ["", "## Paired on the same episodes", "",
+             "| method | right only for the candidate | right only for the method | exact McNemar p |",
+             "| --- | --- | --- | --- |"]
+    for method in shown:
+        p = paired[method]
+        lines.append(f"| {method} | {p['first_only']} | {p['second_only']} | {p['p_value']:.2g} |")
+    return lines
+
+
 def model_card(
     *,
     name: str,
@@ -163,6 +180,7 @@ def model_card(
                 lines.append(f"| {name} | not evaluated | - | {verdict} |")
     else:
         lines.append("The gate names no baselines (promote.gate.baselines is empty).")
+    lines += paired_lines(report, champion)
     lines += ["", "## Versus the previous champion", ""]
     if champion and champion.get("method") in summary:
         c, p = summary[candidate]["overall"], summary[champion["method"]]["overall"]

@@ -118,3 +118,34 @@ def test_category_table_counts_solved_episodes_and_first_calls_per_category():
     assert len(lines) == 4  # a method without scored episodes has no row
     assert "3 more" in category_table(SimpleNamespace(methods=[SimpleNamespace(name="a")], records=[
         record("a", "count", False, tool) for tool in "pqrstu"]), top=3)
+
+
+def test_the_report_pairs_the_candidate_with_each_method_on_the_same_episodes():
+    # Before, the report gave each method's accuracy and interval only; what GRPO moved against its
+    # warm start (right only after it, only before) was counted by hand from per_task.jsonl.
+    from toolorchestra.evaluation.metrics import TaskRecord
+    from toolorchestra.evaluation.report import headline_metrics, paired, paired_table
+
+    def record(method, key, correct, variant="plain"):
+        return TaskRecord(method=method, benchmark="qa", task_id=key, key=key, kind="qa", variant=variant,
+                          correct=correct, answered=True, format_valid=True, cost_usd=0.0, latency_s=0.0, turns=1)
+
+    trained = [True] * 10 + [False] * 2 + [True] * 3 + [False] * 5
+    warm = [False] * 10 + [True] * 2 + [True] * 3 + [False] * 5
+    records = ([record("trained", str(i), c) for i, c in enumerate(trained)]
+               + [record("sft_only", str(i), c) for i, c in enumerate(warm)]
+               + [record("sft_only", "extra", True)]  # an episode the candidate did not run: not paired
+               + [record("trained", "0", False, variant="neutral"), record("sft_only", "0", True, variant="neutral")])
+    run = SimpleNamespace(methods=[SimpleNamespace(name="trained"), SimpleNamespace(name="sft_only"),
+                                   SimpleNamespace(name="prompted")],
+                          records=records, summary={"trained": {}, "sft_only": {}}, seconds={})
+    result = paired(run)["sft_only"]
+    assert (result.first_only, result.second_only, result.both, result.neither) == (10, 2, 3, 5)
+    assert result.p_value == pytest.approx(0.0386, abs=1e-4)  # 2 * P(X <= 2), X ~ Bin(12, 1/2)
+    assert "prompted" not in paired(run)  # no shared episodes
+    assert paired_table(run).splitlines()[2] == "| sft_only | 10 | 2 | 3 | 5 | 0.039 |"
+    assert paired(SimpleNamespace(methods=run.methods, records=records, summary={})) == {}  # no candidate
+    run.summary["trained"]["overall"] = Metrics(n=20, accuracy=0.65, cost_mean=0.0, cost_total=0.0, latency_mean=1.0,
+                                                format_valid_rate=1.0, answered_rate=1.0)
+    headline = headline_metrics(run)
+    assert headline["eval/paired/sft_only/candidate_only"] == 10 and headline["eval/paired/sft_only/method_only"] == 2

@@ -85,3 +85,21 @@ def test_card_reads_intervals_from_the_report_when_present():
     card = model_card(name="o", version=None, run_id=None, manifest={}, decision=decision, gate=GateConfig(),
                       report=report, candidate="trained", champion=None, lock={})
     assert "| trained **candidate** | 55.0% [50.0, 60.0] |" in card
+
+
+def test_card_pairs_the_candidate_with_its_warm_start_and_the_champion():
+    # Before, the card showed each method's accuracy only: whether GRPO moved anything against its
+    # own warm start (the SFT-only checkpoint) was not on it.
+    paired = {"sft_only": {"first_only": 6, "second_only": 4, "both": 60, "neither": 47, "p_value": 0.7539},
+              "champion": {"first_only": 9, "second_only": 1, "both": 50, "neither": 57, "p_value": 0.0216},
+              "prompted": {"first_only": 70, "second_only": 0, "both": 0, "neither": 47, "p_value": 1e-21}}
+    report = {**REPORT, "summary": {**REPORT["summary"], "sft_only": metrics(0.5, 0.002)}, "paired": paired}
+    decision = decide(Scores(accuracy=0.55, cost_mean=0.002, n=20), None, GateConfig(), baselines=BASELINES)
+    card = model_card(name="orchestrator", version="3", run_id="r1", manifest={}, decision=decision, gate=GateConfig(),
+                      report=report, candidate="trained", champion={"method": "champion", "version": "2"}, lock={})
+    assert "## Paired on the same episodes" in card
+    assert "| sft_only | 6 | 4 | 0.75 |" in card and "| champion | 9 | 1 | 0.022 |" in card
+    assert "| prompted | 70 |" not in card  # the baselines have their own section
+    older = model_card(name="orchestrator", version="3", run_id="r1", manifest={}, decision=decision,
+                       gate=GateConfig(), report=REPORT, candidate="trained", champion=None, lock={})
+    assert "## Paired" not in older  # a report written before the pairing: no section, no error
