@@ -16,8 +16,10 @@ beside the candidate) and moves `champion` only when every check passes:
    `rule: point` the candidate's accuracy itself must exceed it. A baseline the evaluation did not
    run is a failed check that says so (turn it on in `evaluate.methods` or drop it here);
    and **is not clearly worse** than any method in `not_worse_than` (default: the SFT-only warm
-   start): refused when that method's 95% Wilson lower bound is above the candidate's accuracy, so
-   a GRPO run that undid its warm start does not ship (skipped, with a note, when not evaluated);
+   start): refused when that method's 95% Wilson lower bound is above the candidate's accuracy, or
+   when, on the same episodes (the report's paired counts, over all benchmarks), it solved more that
+   the candidate missed than the reverse with exact McNemar p below `paired_alpha` (0.05), so a
+   GRPO run that undid its warm start does not ship (skipped, with a note, when not evaluated);
 4. with a champion, **at least as accurate**: `candidate.accuracy >= champion.accuracy -
    accuracy_tolerance`, and **no more expensive than allowed**: `candidate.cost_mean <=
    max_cost_ratio * champion.cost_mean` (a champion that cost nothing admits only a candidate that
@@ -51,6 +53,12 @@ not promoted: trained solved no task: 0.0% [0.0, 3.7] on 100 tasks; trained 0.0%
 >>> undone = {**base, "sft_only": Scores(accuracy=0.66, cost_mean=0.01, n=50)}
 >>> print(decide(Scores(accuracy=0.40, cost_mean=0.01, n=50), None, GateConfig(), baselines=undone).summary)
 not promoted: candidate 40.0% [27.6, 53.8] is clearly worse than sft_only 66.0% [52.2, 77.6] (its lower bound 52.2% must not exceed 40.0%)
+>>> close = {**base, "sft_only": Scores(accuracy=0.64, cost_mean=0.01, n=50)}
+>>> moved = {"sft_only": {"first_only": 1, "second_only": 9, "p_value": 0.0215}}
+>>> decide(Scores(accuracy=0.52, cost_mean=0.01, n=50), None, GateConfig(), baselines=close).promote
+True
+>>> print(decide(Scores(accuracy=0.52, cost_mean=0.01, n=50), None, GateConfig(), baselines=close, paired=moved).summary)
+not promoted: candidate 52.0% [38.5, 65.2] is clearly worse than sft_only 64.0% [50.1, 75.9] (its lower bound 50.1% must not exceed 52.0%; on the same episodes 1 right only for candidate, 9 only for sft_only, exact McNemar p = 0.021, refused below 0.05 when sft_only leads)
 """
 
 from __future__ import annotations
@@ -80,6 +88,10 @@ class GateConfig(BaseModel):
         "methods the candidate must not be clearly worse than: refused when the method's 95% Wilson lower "
         "bound is above the candidate's accuracy (the SFT-only warm start: GRPO must not undo it); a method "
         "the evaluation did not run is skipped, with a note"))
+    paired_alpha: float | None = Field(0.05, gt=0.0, lt=1.0, description=(
+        "a method in not_worse_than that solved more of the same episodes than the candidate, with the exact "
+        "McNemar p below this (the report's `paired`, read when `benchmarks` is None), also refuses; None: "
+        "intervals only"))
     rule: Literal["point", "interval"] = Field(
         "interval", description="point: accuracy > baseline + margin; interval: the candidate's 95% Wilson lower "
                                 "bound > baseline + margin")
@@ -191,26 +203,40 @@ def baseline_check(name: str, candidate: Scores, baseline: Scores | None, config
 
 
 def regression_check(name: str, candidate: Scores, reference: Scores | None, *,
-                     candidate_name: str = "candidate") -> Check:
-    """Is the candidate not clearly worse than `reference` (its lower bound at most the candidate's
-    accuracy)? A lead within the reference's own uncertainty is not held against the candidate."""
+                     candidate_name: str = "candidate", paired: Mapping[str, Any] | None = None,
+                     alpha: float | None = None) -> Check:
+    """Is the candidate not clearly worse than `reference`: its lower bound at most the candidate's
+    accuracy, and, given `paired` (the report's counts on the same episodes: `first_only` for the
+    candidate, `second_only` for the reference, `p_value`) and `alpha`, not more episodes solved
+    only by the reference with p below `alpha`? Paired, a regression shows where the two intervals
+    still overlap: the episodes both solve or both miss do not dilute it."""
     check = f"not_worse_than:{name}"
     if reference is None:
         return Check(name=check, passed=True, reason=f"{name} is not in the evaluation: not compared")
     low = reference.accuracy_ci_low or 0.0
-    passed = candidate.accuracy >= low - 1e-12
+    by_interval = candidate.accuracy >= low - 1e-12
+    reason = (f"{candidate_name} {candidate.shown} VERB {name} {reference.shown} (its lower bound "
+              f"{100 * low:.1f}% must not exceed {100 * candidate.accuracy:.1f}%")
+    by_pairs = True
+    if paired is not None and alpha is not None:
+        mine, theirs, p = int(paired["first_only"]), int(paired["second_only"]), float(paired["p_value"])
+        by_pairs = not (theirs > mine and p < alpha)
+        reason += (f"; on the same episodes {mine} right only for {candidate_name}, {theirs} only for {name}, "
+                   f"exact McNemar p = {p:.2g}, refused below {alpha:g} when {name} leads")
+    passed = by_interval and by_pairs
     verb = "is not clearly worse than" if passed else "is clearly worse than"
-    return Check(name=check, passed=passed, reason=(
-        f"{candidate_name} {candidate.shown} {verb} {name} {reference.shown} (its lower bound {100 * low:.1f}% "
-        f"must not exceed {100 * candidate.accuracy:.1f}%)"))
+    return Check(name=check, passed=passed, reason=reason.replace("VERB", verb, 1) + ")")
 
 
 def decide(candidate: Scores, champion: Scores | None, config: GateConfig, *,
-           baselines: Mapping[str, Scores] | None = None, name: str = "candidate") -> Decision:
+           baselines: Mapping[str, Scores] | None = None, name: str = "candidate",
+           paired: Mapping[str, Mapping[str, Any]] | None = None) -> Decision:
     """The gate's decision with one check per rule (module docstring). `baselines` holds the
     scores of the evaluation's methods named in `config.baselines` (one missing fails its check);
-    `name` is the candidate's method name, used in the reasons."""
+    `name` is the candidate's method name, used in the reasons; `paired` the report's paired counts
+    per method (all benchmarks: ignored when `config.benchmarks` names some)."""
     baselines = baselines or {}
+    paired = (paired or {}) if config.benchmarks is None else {}
     if candidate.n == 0:
         solves = Check(name="evaluated", passed=False, reason=f"{name} was evaluated on no task")
     else:
@@ -227,8 +253,8 @@ def decide(candidate: Scores, champion: Scores | None, config: GateConfig, *,
                       f"vs floor {config.min_format_valid_rate:.3f}")),
     ]
     checks += [baseline_check(b, candidate, baselines.get(b), config, candidate_name=name) for b in config.baselines]
-    checks += [regression_check(r, candidate, baselines.get(r), candidate_name=name) for r in config.not_worse_than
-               if r != name]
+    checks += [regression_check(r, candidate, baselines.get(r), candidate_name=name, paired=paired.get(r),
+                                alpha=config.paired_alpha) for r in config.not_worse_than if r != name]
     if champion is None:
         return Decision(promote=all(c.passed for c in checks), checks=checks, first_promotion=True)
     need = champion.accuracy - config.accuracy_tolerance

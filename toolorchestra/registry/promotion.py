@@ -115,7 +115,8 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
                     identical_to=str(current.version),
                     notes=[f"the champion (version {current.version}) already has these weights: nothing to promote"])
     if current is None:
-        decision = decide(candidate, None, params.gate, baselines=baselines, name=params.candidate)
+        decision = decide(candidate, None, params.gate, baselines=baselines, name=params.candidate,
+                          paired=report.get("paired"))
         return Plan(decision, candidate, None, None, report, manifest, lock)
     if str(evaluated.get("version")) != str(current.version) or evaluated.get("method") not in summary:
         from toolorchestra.registry.gate import Check
@@ -127,7 +128,8 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
                     "re-run the evaluate stage (orchestra run --force evaluate)"))])
         return Plan(decision, candidate, None, str(current.version), report, manifest, lock)
     champion = pooled_scores(summary[evaluated["method"]], params.gate.benchmarks)
-    decision = decide(candidate, champion, params.gate, baselines=baselines, name=params.candidate)
+    decision = decide(candidate, champion, params.gate, baselines=baselines, name=params.candidate,
+                      paired=report.get("paired"))
     return Plan(decision, candidate, champion, str(current.version), report, manifest, lock)
 
 

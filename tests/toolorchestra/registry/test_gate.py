@@ -151,3 +151,23 @@ def test_a_candidate_clearly_below_its_warm_start_is_refused_and_one_within_nois
     below = decide(scores(accuracy=0.25, n=73), None, GateConfig(), baselines={**base, "sft_only": warm})
     assert not below.promote and below.failed == ["not_worse_than:sft_only"]
     assert decide(scores(accuracy=0.25, n=73), None, GateConfig(not_worse_than=[]), baselines=base).promote
+
+
+def test_a_candidate_its_warm_start_beats_on_the_same_episodes_is_refused_though_the_intervals_overlap():
+    # Before, only the intervals were compared: 57% against the warm start's 66% on 105 tasks passed
+    # (its lower bound 56.5%), even when the warm start had solved 14 episodes the candidate missed
+    # and the candidate 4 it missed (exact McNemar p = 0.031).
+    base = {"prompted": scores(accuracy=0.0), "random_router": scores(accuracy=0.04)}
+    warm = {**base, "sft_only": scores(accuracy=0.66, n=105)}
+    candidate = scores(accuracy=0.57, n=105)
+    regressed = {"sft_only": {"first_only": 4, "second_only": 14, "both": 56, "neither": 43, "p_value": 0.0309}}
+    noise = {"sft_only": {"first_only": 5, "second_only": 10, "both": 55, "neither": 47, "p_value": 0.30}}
+    assert decide(candidate, None, GateConfig(), baselines=warm).promote  # intervals alone: passes
+    refused = decide(candidate, None, GateConfig(), baselines=warm, paired=regressed)
+    assert not refused.promote and refused.failed == ["not_worse_than:sft_only"]
+    assert "4 right only for candidate, 14 only for sft_only, exact McNemar p = 0.031" in refused.summary
+    assert decide(candidate, None, GateConfig(), baselines=warm, paired=noise).promote  # 5 to 10 is noise
+    assert decide(candidate, None, GateConfig(paired_alpha=None), baselines=warm, paired=regressed).promote
+    # paired counts span every benchmark: a gate that reads some benchmarks compares intervals only
+    assert decide(scores(accuracy=0.57, n=105), None, GateConfig(benchmarks=["qa"]), baselines=warm,
+                  paired=regressed).promote
