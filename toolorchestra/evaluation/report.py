@@ -411,6 +411,7 @@ def metrics_document(run: EvalRun, **extra: Any) -> dict[str, Any]:
         "labels": mark_extremes(run.summary, run.methods),
         "summary": {m: {b: v.model_dump(mode="json") for b, v in per.items()} for m, per in run.summary.items()},
         "seconds": run.seconds,
+        "paired_with": CANDIDATE,
         "paired": {name: result.model_dump() for name, result in paired(run).items()},
         "config": run.config.model_dump(mode="json"),
         **extra,

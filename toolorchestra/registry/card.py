@@ -91,10 +91,11 @@ def evaluation_limits(report: Mapping[str, Any], candidate: str) -> list[str]:
     return out
 
 
-def paired_lines(report: Mapping[str, Any], champion: Mapping[str, Any] | None) -> list[str]:
+def paired_lines(report: Mapping[str, Any], candidate: str, champion: Mapping[str, Any] | None) -> list[str]:
     """The candidate paired with its warm start (`sft_only`: what GRPO moved) and with the champion
-    on the same episodes, from the report's `paired` (none for a report written before it)."""
-    paired = report.get("paired") or {}
+    on the same episodes, from the report's `paired` when it pairs this candidate (`paired_with`;
+    none for a report written before it)."""
+    paired = (report.get("paired") or {}) if report.get("paired_with") == candidate else {}
     shown = [m for m in ("sft_only", (champion or {}).get("method")) if m and m in paired]
     if not shown:
         return []
@@ -180,7 +181,7 @@ def model_card(
                 lines.append(f"| {name} | not evaluated | - | {verdict} |")
     else:
         lines.append("The gate names no baselines (promote.gate.baselines is empty).")
-    lines += paired_lines(report, champion)
+    lines += paired_lines(report, candidate, champion)
     lines += ["", "## Versus the previous champion", ""]
     if champion and champion.get("method") in summary:
         c, p = summary[candidate]["overall"], summary[champion["method"]]["overall"]

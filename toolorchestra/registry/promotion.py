@@ -116,7 +116,7 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
                     notes=[f"the champion (version {current.version}) already has these weights: nothing to promote"])
     if current is None:
         decision = decide(candidate, None, params.gate, baselines=baselines, name=params.candidate,
-                          paired=report.get("paired"))
+                          paired=paired_counts(report, params.candidate))
         return Plan(decision, candidate, None, None, report, manifest, lock)
     if str(evaluated.get("version")) != str(current.version) or evaluated.get("method") not in summary:
         from toolorchestra.registry.gate import Check
@@ -129,8 +129,14 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
         return Plan(decision, candidate, None, str(current.version), report, manifest, lock)
     champion = pooled_scores(summary[evaluated["method"]], params.gate.benchmarks)
     decision = decide(candidate, champion, params.gate, baselines=baselines, name=params.candidate,
-                      paired=report.get("paired"))
+                      paired=paired_counts(report, params.candidate))
     return Plan(decision, candidate, champion, str(current.version), report, manifest, lock)
+
+
+def paired_counts(report: dict[str, Any], candidate: str) -> dict[str, Any] | None:
+    """The report's paired counts when they are the candidate's (`paired_with`): the evaluation
+    pairs its own candidate with every method, so another `promote.candidate` has none."""
+    return report.get("paired") if report.get("paired_with") == candidate else None
 
 
 def _baseline_scores(summary: dict[str, Any], gate: GateConfig) -> dict[str, Scores]:

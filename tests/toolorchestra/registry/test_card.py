@@ -93,7 +93,8 @@ def test_card_pairs_the_candidate_with_its_warm_start_and_the_champion():
     paired = {"sft_only": {"first_only": 6, "second_only": 4, "both": 60, "neither": 47, "p_value": 0.7539},
               "champion": {"first_only": 9, "second_only": 1, "both": 50, "neither": 57, "p_value": 0.0216},
               "prompted": {"first_only": 70, "second_only": 0, "both": 0, "neither": 47, "p_value": 1e-21}}
-    report = {**REPORT, "summary": {**REPORT["summary"], "sft_only": metrics(0.5, 0.002)}, "paired": paired}
+    report = {**REPORT, "summary": {**REPORT["summary"], "sft_only": metrics(0.5, 0.002)}, "paired": paired,
+              "paired_with": "trained"}
     decision = decide(Scores(accuracy=0.55, cost_mean=0.002, n=20), None, GateConfig(), baselines=BASELINES)
     card = model_card(name="orchestrator", version="3", run_id="r1", manifest={}, decision=decision, gate=GateConfig(),
                       report=report, candidate="trained", champion={"method": "champion", "version": "2"}, lock={})
@@ -103,3 +104,6 @@ def test_card_pairs_the_candidate_with_its_warm_start_and_the_champion():
     older = model_card(name="orchestrator", version="3", run_id="r1", manifest={}, decision=decision,
                        gate=GateConfig(), report=REPORT, candidate="trained", champion=None, lock={})
     assert "## Paired" not in older  # a report written before the pairing: no section, no error
+    other = model_card(name="orchestrator", version="3", run_id="r1", manifest={}, decision=decision,
+                       gate=GateConfig(), report=report, candidate="expert:big", champion=None, lock={})
+    assert "## Paired" not in other  # the report paired another candidate: its counts are not this one's

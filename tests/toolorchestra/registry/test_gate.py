@@ -171,3 +171,13 @@ def test_a_candidate_its_warm_start_beats_on_the_same_episodes_is_refused_though
     # paired counts span every benchmark: a gate that reads some benchmarks compares intervals only
     assert decide(scores(accuracy=0.57, n=105), None, GateConfig(benchmarks=["qa"]), baselines=warm,
                   paired=regressed).promote
+
+
+def test_the_promote_stage_reads_paired_counts_only_for_the_candidate_they_pair():
+    from toolorchestra.registry.promotion import paired_counts
+
+    counts = {"sft_only": {"first_only": 4, "second_only": 14, "both": 56, "neither": 43, "p_value": 0.0309}}
+    report = {"paired_with": "trained", "paired": counts}
+    assert paired_counts(report, "trained") == counts
+    assert paired_counts(report, "expert:big") is None  # another promote.candidate: these are not its counts
+    assert paired_counts({"paired": counts}, "trained") is None  # a report that does not say whose they are
