@@ -154,11 +154,11 @@ def paired(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, Paired]:
     return {name: result for name, result in out.items() if result is not None}
 
 
-def paired_table(run: EvalRun, candidate: str = CANDIDATE) -> str:
-    """`paired` as a table: for the SFT-only checkpoint it says what GRPO moved, in episodes."""
+def paired_table(pairs: dict[str, Paired], candidate: str = CANDIDATE) -> str:
+    """`paired`'s result as a table: for the SFT-only checkpoint it says what GRPO moved, in episodes."""
     lines = [f"| method | right only for {candidate} | right only for the method | both | neither | exact McNemar p |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for name, result in paired(run, candidate).items():
+    for name, result in pairs.items():
         lines.append(f"| {name} | {result.first_only} | {result.second_only} | {result.both} | {result.neither} | "
                      f"{result.p_value:.2g} |")
     return "\n".join(lines)
@@ -210,12 +210,13 @@ def markdown_report(run: EvalRun, *, title: str = "Evaluation", notes: list[str]
         category_table(run),
         "",
     ]
-    if paired(run):
+    pairs = paired(run)
+    if pairs:
         out += [
             f"Paired with the candidate (`{CANDIDATE}`) on the same scored episodes: episodes only one of the two "
             "solved, and the exact McNemar test of those (two-sided).",
             "",
-            paired_table(run),
+            paired_table(pairs),
             "",
         ]
     out += [

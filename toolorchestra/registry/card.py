@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolorchestra.evaluation.metrics import proportion_interval
-from toolorchestra.registry.gate import Decision, GateConfig
+from toolorchestra.registry.gate import Decision, GateConfig, paired_counts
 
 GENERAL_LIMITS = (
     "Tool-use tasks are given up front; there is no simulated user (tau2-bench's dual control), and "
@@ -95,7 +95,7 @@ def paired_lines(report: Mapping[str, Any], candidate: str, champion: Mapping[st
     """The candidate paired with its warm start (`sft_only`: what GRPO moved) and with the champion
     on the same episodes, from the report's `paired` when it pairs this candidate (`paired_with`;
     none for a report written before it)."""
-    paired = (report.get("paired") or {}) if report.get("paired_with") == candidate else {}
+    paired = paired_counts(report, candidate) or {}
     shown = [m for m in ("sft_only", (champion or {}).get("method")) if m and m in paired]
     if not shown:
         return []

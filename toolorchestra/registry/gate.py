@@ -183,6 +183,13 @@ def pooled_scores(per_benchmark: Mapping[str, Mapping[str, Any]], benchmarks: li
                   latency_mean=mean("latency_mean"), n=n)
 
 
+def paired_counts(report: Mapping[str, Any], candidate: str) -> dict[str, Any] | None:
+    """The report's paired counts (metrics.json `paired`) when they are `candidate`'s (`paired_with`):
+    the evaluation pairs its own candidate with every method, so another candidate has none, nor has
+    a report written before the pairing."""
+    return report.get("paired") if report.get("paired_with") == candidate else None
+
+
 def baseline_check(name: str, candidate: Scores, baseline: Scores | None, config: GateConfig, *,
                    candidate_name: str = "candidate") -> Check:
     """Does the candidate beat one baseline on accuracy under `config.rule` (module docstring)?"""
@@ -214,18 +221,17 @@ def regression_check(name: str, candidate: Scores, reference: Scores | None, *,
     if reference is None:
         return Check(name=check, passed=True, reason=f"{name} is not in the evaluation: not compared")
     low = reference.accuracy_ci_low or 0.0
-    by_interval = candidate.accuracy >= low - 1e-12
-    reason = (f"{candidate_name} {candidate.shown} VERB {name} {reference.shown} (its lower bound "
-              f"{100 * low:.1f}% must not exceed {100 * candidate.accuracy:.1f}%")
-    by_pairs = True
+    passed = candidate.accuracy >= low - 1e-12
+    on_pairs = ""
     if paired is not None and alpha is not None:
         mine, theirs, p = int(paired["first_only"]), int(paired["second_only"]), float(paired["p_value"])
-        by_pairs = not (theirs > mine and p < alpha)
-        reason += (f"; on the same episodes {mine} right only for {candidate_name}, {theirs} only for {name}, "
-                   f"exact McNemar p = {p:.2g}, refused below {alpha:g} when {name} leads")
-    passed = by_interval and by_pairs
+        passed = passed and not (theirs > mine and p < alpha)
+        on_pairs = (f"; on the same episodes {mine} right only for {candidate_name}, {theirs} only for {name}, "
+                    f"exact McNemar p = {p:.2g}, refused below {alpha:g} when {name} leads")
     verb = "is not clearly worse than" if passed else "is clearly worse than"
-    return Check(name=check, passed=passed, reason=reason.replace("VERB", verb, 1) + ")")
+    return Check(name=check, passed=passed, reason=(
+        f"{candidate_name} {candidate.shown} {verb} {name} {reference.shown} (its lower bound {100 * low:.1f}% "
+        f"must not exceed {100 * candidate.accuracy:.1f}%{on_pairs})"))
 
 
 def decide(candidate: Scores, champion: Scores | None, config: GateConfig, *,

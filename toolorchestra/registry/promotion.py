@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
-from toolorchestra.registry.gate import Decision, GateConfig, Scores, decide, pooled_scores
+from toolorchestra.registry.gate import Decision, GateConfig, Scores, decide, paired_counts, pooled_scores
 
 
 class PromotionConfig(BaseModel):
@@ -131,12 +131,6 @@ def plan_promotion(params: PromotionConfig, *, model: Path, report_dir: Path, wo
     decision = decide(candidate, champion, params.gate, baselines=baselines, name=params.candidate,
                       paired=paired_counts(report, params.candidate))
     return Plan(decision, candidate, champion, str(current.version), report, manifest, lock)
-
-
-def paired_counts(report: dict[str, Any], candidate: str) -> dict[str, Any] | None:
-    """The report's paired counts when they are the candidate's (`paired_with`): the evaluation
-    pairs its own candidate with every method, so another `promote.candidate` has none."""
-    return report.get("paired") if report.get("paired_with") == candidate else None
 
 
 def _baseline_scores(summary: dict[str, Any], gate: GateConfig) -> dict[str, Scores]:

@@ -143,7 +143,7 @@ def test_the_report_pairs_the_candidate_with_each_method_on_the_same_episodes():
     assert (result.first_only, result.second_only, result.both, result.neither) == (10, 2, 3, 5)
     assert result.p_value == pytest.approx(0.0386, abs=1e-4)  # 2 * P(X <= 2), X ~ Bin(12, 1/2)
     assert "prompted" not in paired(run)  # no shared episodes
-    assert paired_table(run).splitlines()[2] == "| sft_only | 10 | 2 | 3 | 5 | 0.039 |"
+    assert paired_table(paired(run)).splitlines()[2] == "| sft_only | 10 | 2 | 3 | 5 | 0.039 |"
     assert paired(SimpleNamespace(methods=run.methods, records=records, summary={})) == {}  # no candidate
     run.summary["trained"]["overall"] = Metrics(n=20, accuracy=0.65, cost_mean=0.0, cost_total=0.0, latency_mean=1.0,
                                                 format_valid_rate=1.0, answered_rate=1.0)

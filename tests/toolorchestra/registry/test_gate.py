@@ -174,7 +174,7 @@ def test_a_candidate_its_warm_start_beats_on_the_same_episodes_is_refused_though
 
 
 def test_the_promote_stage_reads_paired_counts_only_for_the_candidate_they_pair():
-    from toolorchestra.registry.promotion import paired_counts
+    from toolorchestra.registry.gate import paired_counts
 
     counts = {"sft_only": {"first_only": 4, "second_only": 14, "both": 56, "neither": 43, "p_value": 0.0309}}
     report = {"paired_with": "trained", "paired": counts}
