@@ -5,8 +5,8 @@ Documents are `.txt`, `.md` and `.jsonl` files (one JSON object a line with `tex
 list of `Document`s (e.g. database records). They are cut into overlapping character windows,
 embedded with an `Embedder` (unit-norm vectors; a document's title, when it has one, is prepended
 to each of its chunks) and put in an exact inner-product faiss index, so scores are cosine
-similarities. A BM25 index over the same chunks (`bm25s`) scores them by the query's words, and the
-two scores are fused (`fuse_scores`): a sentence embedding of a random record id
+similarities. A BM25 index over the same chunks (`bm25s`; the title with the first chunk only)
+scores them by the query's words, and the two scores are fused (`fuse_scores`): a sentence embedding of a random record id
 such as 'WIIHWKB1Z3' barely tells it from other ids, so dense retrieval alone put the record a
 question names first for about half of the demo's lookups, while the id is one rare word to BM25.
 
@@ -292,8 +292,17 @@ class LexicalIndex:
         return {int(i): float(v) for i, v in zip(ids[0].tolist(), scores[0].tolist(), strict=True) if v > 0}
 
 
-def _chunk_text_for_search(chunk: Chunk) -> str:
+def _embedding_text(chunk: Chunk) -> str:
+    """What the embedding reads for `chunk`: its document's title (a record's kind and id), then its text."""
     return chunk.text if not chunk.title else f"{chunk.title}\n{chunk.text}"
+
+
+def _lexical_text(chunk: Chunk) -> str:
+    """What BM25 scores for `chunk`: the document's title counts once, with the first chunk. On
+    every chunk, a query matching only the title (a record's id) matched all of the document's
+    chunks alike, and BM25's length normalisation put the short last one first: a 923-character
+    restaurant ticket's tail (its charges) instead of its head (the fields lookups ask for)."""
+    return f"{chunk.title}\n{chunk.text}" if chunk.title and chunk.chunk_index == 0 else chunk.text
 
 
 class SearchIndex:
@@ -312,7 +321,7 @@ class SearchIndex:
     def lexical(self) -> LexicalIndex:
         """The BM25 index of the chunks, built at the first search that uses it (a dense-only
         tool never pays for it)."""
-        return LexicalIndex([_chunk_text_for_search(c) for c in self.chunks])
+        return LexicalIndex([_lexical_text(c) for c in self.chunks])
 
     @classmethod
     def build(
@@ -328,7 +337,7 @@ class SearchIndex:
         ]
         if not chunks:
             raise ToolError("local search has no documents to index: every document is empty")
-        vectors = embedder.embed([_chunk_text_for_search(c) for c in chunks])
+        vectors = embedder.embed([_embedding_text(c) for c in chunks])
         index = faiss.IndexFlatIP(vectors.shape[1])
         index.add(vectors)
         return cls(index, chunks, embedder, built=True)

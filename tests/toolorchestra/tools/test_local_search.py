@@ -202,6 +202,28 @@ def test_a_record_id_retrieves_its_record_first(records: tuple[LocalSearch, list
     assert sum(found(dense, question(key), key) for key in ids) <= len(ids) - 6
 
 
+def test_a_long_record_found_by_its_id_shows_its_first_chunk(embedder: LocalEmbedder) -> None:
+    """A record longer than a chunk, asked for by its id (which only its title holds): its head,
+    where the fields a lookup reads are, comes first. With the title scored in every chunk, BM25
+    preferred the record's short tail (the 2026-12-07 demo's restaurant tickets: their charges)."""
+    import random
+
+    rng = random.Random(3)
+    docs, ids = [], []
+    for n in range(12):
+        key = random_id(rng, 7)
+        ids.append(key)
+        head = f"ticket_ref: {key}\ndropoff.line_one: {n} Harbour Road\ndropoff.postal_code: {10000 + n}\n"
+        tail = "".join(f"charges[{i}].kind: fee\ncharges[{i}].total: {i + n}.5\n" for i in range(12))
+        docs.append(Document(id=f"restaurant/service_tickets/{key}", title=f"restaurant service ticket {key}",
+                             source=f"restaurant.jsonl:{n}", text=head + tail))
+    tool = LocalSearch.from_documents(docs, embedder=embedder, corpus="tickets", chunking=CHUNKING)
+    assert len(tool.index.chunks) >= 2 * len(docs)  # every record spans chunks
+    for key in ids:
+        hit = tool.run({"query": key, "top_k": 1}).data[0]
+        assert hit["doc_id"].endswith(f"/{key}") and hit["chunk_index"] == 0, (key, hit["chunk_index"])
+
+
 def test_a_hit_only_bm25_found_shows_its_cosine(records: tuple[LocalSearch, list[str]],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Over a large corpus each retriever contributes a pool of candidates; BM25 brings in records

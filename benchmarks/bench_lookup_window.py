@@ -1,0 +1,90 @@
+"""Do lookups show their answer? `local_search` on the flow's lookup questions, as the policy reads it.
+
+    python benchmarks/bench_lookup_window.py [--workspace .] [--max-observation-chars 400] [--json]
+
+Reads a workspace's synthesized lookups (`data/validated/qa/<domain>.jsonl`, category `lookup`:
+run the flow up to `validate` first) and the records local search indexes (`data/qa/docs`). Each
+question is searched as its golden trajectory searches it (the quoted key values, scoped to the
+question's domain: `episodes.environment.golden_conversation`), and the observation is cut as an
+episode cuts it (`Toolbox`, `--max-observation-chars`, the episode's limit). A lookup is *shown*
+when that observation holds the record's key values and the answer: what a policy that reads well
+can answer, and what the warm start's golden lookups require. Two arms over the same index, same
+run: BM25 reading a document's title with every chunk (the tool until 2026-12-07) and with the
+first chunk only (`local_search._lexical_text`). Prints shown / lookups per domain and arm; with
+`--json` the last line is one JSON object with them and the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+KEY_VALUES = re.compile(r"'([^']+)'")
+
+
+def lookups(workspace: Path) -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted((workspace / "data" / "validated" / "qa").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            item = json.loads(line)
+            if item.get("category") == "lookup":
+                found.append((path.stem, item))
+    if not found:
+        raise SystemExit(f"no lookups under {workspace / 'data/validated/qa'}: run the flow up to validate first")
+    return found
+
+
+def shown(toolbox, domain_tool, items: list[tuple[str, dict]]) -> dict[str, list[int]]:
+    per_domain: dict[str, list[int]] = {}
+    for domain, item in items:
+        keys = KEY_VALUES.findall(item["question"])
+        toolbox.tools["local_search"] = domain_tool(domain)
+        seen = toolbox.call("local_search", {"query": " ".join(keys) or item["question"]}).observation.lower()
+        ok = str(item["answer"]).lower() in seen and all(k.lower() in seen for k in keys)
+        tally = per_domain.setdefault(domain, [0, 0])
+        tally[0] += int(ok)
+        tally[1] += 1
+    return per_domain
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", type=Path, default=Path("."))
+    parser.add_argument("--max-observation-chars", type=int, default=400)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
+    args = parser.parse_args()
+
+    from toolorchestra.tools import local_search
+    from toolorchestra.tools.embeddings import LocalEmbedderConfig, build_embedder
+    from toolorchestra.tools.toolbox import Toolbox
+
+    items = lookups(args.workspace)
+    tool = local_search.LocalSearch.from_folder(
+        args.workspace / "data" / "qa" / "docs", embedder=build_embedder(LocalEmbedderConfig()),
+        cache_dir=args.workspace / ".orchestra" / "search-index")
+    toolbox = Toolbox([tool], max_observation_chars=args.max_observation_chars)
+    figures: dict[str, dict[str, list[int]]] = {}
+    new_text = local_search._lexical_text
+    for arm, lexical_text in (("title_every_chunk", local_search._embedding_text), ("title_first_chunk", new_text)):
+        local_search._lexical_text = lexical_text
+        tool.index.__dict__.pop("lexical", None)  # the BM25 index is built from the chunks on first use
+        figures[arm] = shown(toolbox, tool.scoped, items)
+    local_search._lexical_text = new_text
+    out: dict[str, object] = {"lookups": len(items), "max_observation_chars": args.max_observation_chars}
+    for arm, per_domain in figures.items():
+        total = sum(v[0] for v in per_domain.values())
+        cells = ", ".join(f"{d} {v[0]}/{v[1]}" for d, v in sorted(per_domain.items()))
+        print(f"{arm}: shown {total}/{len(items)} ({cells})")
+        out[arm] = {"shown": total, "per_domain": {d: {"shown": v[0], "n": v[1]} for d, v in per_domain.items()}}
+    if args.json:
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
