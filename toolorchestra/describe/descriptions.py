@@ -127,25 +127,37 @@ def base_description(text: str) -> str:
     return head.strip()
 
 
-def _compact(categories: dict[str, CategoryStats]) -> str:
-    """'QA numeric 75% (n=4), tool use 0% (n=2); $0.0000031/call' (cost: the QA calls' mean)."""
-    shares = ", ".join(f"{_CATEGORY_NAMES[c]} {round(100 * s.accuracy)}% (n={s.n})" for c, s in categories.items())
+def _compact(categories: dict[str, CategoryStats], min_n: int = 0) -> str:
+    """'QA numeric 75% (n=4), tool use 0% (n=2); $0.0000031/call' (cost: the QA calls' mean); a
+    category measured on fewer than `min_n` samples is left out, the cost stays.
+
+    >>> s = CategoryStats(n=2, correct=0, accuracy=0.0, metric="accuracy", mean_prompt_tokens=90,
+    ...                   mean_completion_tokens=9, mean_cost_usd=2e-06, mean_latency_s=0.5, errors=0)
+    >>> _compact({"qa_numeric": s, "tool_use": s})
+    'QA numeric 0% (n=2), tool use 0% (n=2); $0.0000020/call'
+    >>> _compact({"qa_numeric": s, "tool_use": s}, min_n=10)
+    '$0.0000020/call'
+    """
+    shares = ", ".join(f"{_CATEGORY_NAMES[c]} {round(100 * s.accuracy)}% (n={s.n})"
+                       for c, s in categories.items() if s.n >= min_n)
     calls = [s for c, s in categories.items() if c != "tool_use"]
     if not calls:
         return shares
-    cost = math.fsum(s.mean_cost_usd * s.n for s in calls) / max(1, sum(s.n for s in calls))
-    return f"{shares}; {format_usd(cost)}/call"
+    cost = f"{format_usd(math.fsum(s.mean_cost_usd * s.n for s in calls) / max(1, sum(s.n for s in calls)))}/call"
+    return f"{shares}; {cost}" if shares else cost
 
 
 def tool_description(base: str, per_model: dict[str, dict[str, CategoryStats]],
-                     summaries: dict[str, str], style: str = "full") -> str:
+                     summaries: dict[str, str], style: str = "full", stated_min_n: int = 0) -> str:
     parts = [base.rstrip(".") + "." if base else ""]
     sentences = []
     for alias, categories in per_model.items():
         if not categories:
             continue
-        figures = _compact(categories) if style == "compact" else "; ".join(
+        figures = _compact(categories, stated_min_n) if style == "compact" else "; ".join(
             _figures(c, s) for c, s in categories.items())
+        if not figures:
+            continue
         sentence = f"model {alias}: {figures}."
         if summaries.get(alias):
             sentence += f" Observed: {summaries[alias]}"
@@ -192,7 +204,8 @@ def apply_measurement(catalog: Catalog, measurement: Measurement, config: Descri
         if summaries:
             stats["summaries"] = summaries
         tools.append(entry.model_copy(update={
-            "description": tool_description(base, per_model, summaries, config.style), "stats": stats}))
+            "description": tool_description(base, per_model, summaries, config.style, config.stated_min_n),
+            "stats": stats}))
     models = {}
     for alias, model in catalog.models.items():
         text = model_description(base_description(model.description), alias, measurement)

@@ -64,6 +64,10 @@ class DescribeConfig(BaseModel):
     style: Literal["full", "compact"] = Field(
         "full", description="figures in descriptions: `full` (accuracy, tokens, cost, latency per category) or "
                             "`compact` (accuracy and n per category, cost per call: short for a small policy)")
+    stated_min_n: int = Field(0, ge=0, le=10_000, description=(
+        "compact style: a category's accuracy is stated only when measured on at least this many samples "
+        "(0: always); the cost per call always is. The policy reads every description every turn, and "
+        "'0% (n=2)' for four categories is ~55 tokens a tool that tell it nothing"))
 
 
 class Record(BaseModel):

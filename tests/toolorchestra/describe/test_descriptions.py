@@ -29,6 +29,12 @@ def _describe(catalog, pool, tmp_path, doubles, **config):
     return describe_catalog(catalog, pool, settings, cfg, llm_for=doubles.__getitem__)
 
 
+def counts(catalog):
+    """n and correct per model and category of the `answer` tool's stats."""
+    return {a: {c: (x["n"], x["correct"]) for c, x in cats.items()}
+            for a, cats in catalog.tool("answer").stats["models"].items()}
+
+
 @pytest.fixture
 def measured(expert_catalog, validated, tmp_path):
     doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
@@ -157,12 +163,28 @@ def test_compact_style_states_accuracy_n_and_cost_per_call_in_one_clause(expert_
     assert "model smart: QA numeric 100% (n=4), QA lookup 75% (n=4), tool use 100% (n=4); $" in text
     assert "/call." in text and "tokens" not in text
     assert len(text) < len(full.tool("answer").description) / 2
-    def counts(catalog):
-        return {a: {c: (x["n"], x["correct"]) for c, x in cats.items()}
-                for a, cats in catalog.tool("answer").stats["models"].items()}
-
     assert counts(compact) == counts(full)  # the stats keep every figure either way
     assert base_description(text) == "Ask an expert for the final answer."
+
+
+def test_compact_style_leaves_out_figures_measured_on_too_few_samples_but_keeps_the_cost(
+        expert_catalog, validated, tmp_path):
+    """`stated_min_n`: four samples a category cannot tell the two experts apart well enough to be
+    worth ~55 prompt tokens a tool on every policy turn; the cost per call is still stated and
+    the stats keep every figure."""
+    import doctest
+
+    from toolorchestra.describe import descriptions
+
+    doubles = {"smart": SmartExpert("smart"), "constant": ConstantExpert("constant")}
+    stated, _ = _describe(expert_catalog, load_pool(validated), tmp_path, doubles, style="compact")
+    terse, _ = _describe(expert_catalog, load_pool(validated), tmp_path, doubles, style="compact", stated_min_n=5)
+    text = terse.tool("answer").description
+    assert re.fullmatch(r"Ask an expert for the final answer\. Measured on sampled tasks: model smart: "
+                        r"\$[0-9.]+/call\. model constant: \$[0-9.]+/call\.", text), text
+    assert "%" not in text and len(text) < len(stated.tool("answer").description) / 2
+    assert counts(terse) == counts(stated)  # the stats keep every figure
+    assert doctest.testmod(descriptions).failed == 0
 
 
 def test_aliases_of_one_agent_share_their_tool_use_episodes(validated, tmp_path):
