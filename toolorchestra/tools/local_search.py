@@ -6,9 +6,10 @@ list of `Document`s (e.g. database records). They are cut into overlapping chara
 embedded with an `Embedder` (unit-norm vectors; a document's title, when it has one, is prepended
 to each of its chunks) and put in an exact inner-product faiss index, so scores are cosine
 similarities. A BM25 index over the same chunks (`bm25s`; the title with the first chunk only)
-scores them by the query's words, and the two scores are fused (`fuse_scores`): a sentence embedding of a random record id
-such as 'WIIHWKB1Z3' barely tells it from other ids, so dense retrieval alone put the record a
-question names first for about half of the demo's lookups, while the id is one rare word to BM25.
+scores them by the query's words, and the two scores are fused (`fuse_scores`): a sentence
+embedding of a random record id such as 'WIIHWKB1Z3' barely tells it from other ids, so dense
+retrieval alone put the record a question names first for about half of the demo's lookups, while
+the id is one rare word to BM25.
 
 The dense index is built once and cached under `cache_dir/<fingerprint>/` (`index.faiss`, `chunks.json`,
 `meta.json`, moved into place as one folder so a crash never leaves a half-written cache). The
