@@ -4,11 +4,11 @@
 
 Reads a workspace's synthesized lookups (`data/validated/qa/<domain>.jsonl`, category `lookup`:
 run the flow up to `validate` first) and the records local search indexes (`data/qa/docs`). Each
-question is searched as its golden trajectory searches it (the quoted key values, scoped to the
-question's domain: `episodes.environment.golden_conversation`), and the observation is cut as an
-episode cuts it (`Toolbox`, `--max-observation-chars`, the episode's limit). A lookup is *shown*
-when that observation holds the record's key values and the answer: what a policy that reads well
-can answer, and what the warm start's golden lookups require. Two arms over the same index, same
+question is searched as its golden trajectory searches it (`episodes.environment.lookup_query`:
+the quoted key values, scoped to the question's domain), and the observation is cut as an episode
+cuts it (`Toolbox`, `--max-observation-chars`, the episode's limit). A lookup is *shown* when that
+observation holds the record's key values and the answer (`lookup_shown`, the golden replay's own
+test): what a policy that reads well can answer, and what the warm start's golden lookups require. Two arms over the same index, same
 run: BM25 reading a document's title with every chunk (the tool until 2026-12-07) and with the
 first chunk only (`local_search._lexical_text`). Prints shown / lookups per domain and arm; with
 `--json` the last line is one JSON object with them and the totals.
@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-KEY_VALUES = re.compile(r"'([^']+)'")
 
 
 def lookups(workspace: Path) -> list[tuple[str, dict]]:
@@ -40,15 +37,16 @@ def lookups(workspace: Path) -> list[tuple[str, dict]]:
     return found
 
 
-def shown(toolbox, domain_tool, items: list[tuple[str, dict]]) -> dict[str, list[int]]:
+def shown(toolboxes, items: list[tuple[str, dict]]) -> dict[str, list[int]]:
+    """Per domain, [lookups shown, lookups]; `toolboxes` maps a domain to a toolbox whose
+    `local_search` is scoped to it."""
+    from toolorchestra.episodes.environment import lookup_query, lookup_shown
+
     per_domain: dict[str, list[int]] = {}
     for domain, item in items:
-        keys = KEY_VALUES.findall(item["question"])
-        toolbox.tools["local_search"] = domain_tool(domain)
-        seen = toolbox.call("local_search", {"query": " ".join(keys) or item["question"]}).observation.lower()
-        ok = str(item["answer"]).lower() in seen and all(k.lower() in seen for k in keys)
+        result = toolboxes[domain].call("local_search", {"query": lookup_query(item["question"])})
         tally = per_domain.setdefault(domain, [0, 0])
-        tally[0] += int(ok)
+        tally[0] += int(lookup_shown(result.observation, item["question"], str(item["answer"])))
         tally[1] += 1
     return per_domain
 
@@ -68,14 +66,18 @@ def main() -> None:
     tool = local_search.LocalSearch.from_folder(
         args.workspace / "data" / "qa" / "docs", embedder=build_embedder(LocalEmbedderConfig()),
         cache_dir=args.workspace / ".orchestra" / "search-index")
-    toolbox = Toolbox([tool], max_observation_chars=args.max_observation_chars)
+    toolboxes = {domain: Toolbox([tool.scoped(domain)], max_observation_chars=args.max_observation_chars)
+                 for domain in {d for d, _ in items}}
     figures: dict[str, dict[str, list[int]]] = {}
     new_text = local_search._lexical_text
-    for arm, lexical_text in (("title_every_chunk", local_search._embedding_text), ("title_first_chunk", new_text)):
-        local_search._lexical_text = lexical_text
-        tool.index.__dict__.pop("lexical", None)  # the BM25 index is built from the chunks on first use
-        figures[arm] = shown(toolbox, tool.scoped, items)
-    local_search._lexical_text = new_text
+    try:
+        for arm, lexical_text in (("title_every_chunk", local_search._embedding_text),
+                                  ("title_first_chunk", new_text)):
+            local_search._lexical_text = lexical_text
+            tool.index.__dict__.pop("lexical", None)  # the BM25 index is built from the chunks on first use
+            figures[arm] = shown(toolboxes, items)
+    finally:
+        local_search._lexical_text = new_text
     out: dict[str, object] = {"lookups": len(items), "max_observation_chars": args.max_observation_chars}
     for arm, per_domain in figures.items():
         total = sum(v[0] for v in per_domain.values())

@@ -143,7 +143,8 @@ def _compact(categories: dict[str, CategoryStats], min_n: int = 0) -> str:
     calls = [s for c, s in categories.items() if c != "tool_use"]
     if not calls:
         return shares
-    cost = f"{format_usd(math.fsum(s.mean_cost_usd * s.n for s in calls) / max(1, sum(s.n for s in calls)))}/call"
+    mean_cost = math.fsum(s.mean_cost_usd * s.n for s in calls) / max(1, sum(s.n for s in calls))
+    cost = f"{format_usd(mean_cost)}/call"
     return f"{shares}; {cost}" if shares else cost
 
 

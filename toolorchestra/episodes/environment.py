@@ -344,18 +344,11 @@ class RolloutEnvironment:
                                 lambda seen: printed_answer(seen[-1]))
         if category == "qa_lookup" and SEARCH_TOOL in instance.catalog_tools:
             gold = str(instance.answer)
-            # The passage must be the record the question singles out (its quoted key values),
-            # not one that happens to share the answer.
-            keys = re.findall(r"'([^']+)'", instance.question)
 
             def read_off(seen: list[str]) -> str:
-                found = seen[-1].lower()
-                return gold if gold.lower() in found and all(k.lower() in found for k in keys) else ""
+                return gold if lookup_shown(seen[-1], instance.question, gold) else ""
 
-            # The key values alone retrieve the record more often than the whole question
-            # (48% vs 35% top-1 with MiniLM on the demo's lookups).
-            query = " ".join(keys) or instance.question
-            return self._replay(instance, [(SEARCH_TOOL, {"query": query})], read_off)
+            return self._replay(instance, [(SEARCH_TOOL, {"query": lookup_query(instance.question)})], read_off)
         return None
 
     def golden_recovery(self, instance: Instance, broken: str) -> tuple[list[Message], list[dict[str, Any]]] | None:
@@ -443,6 +436,23 @@ def printed_answer(observation: str) -> str:
     """A code run's answer as a golden QA reply states it: the last line of its observation
     (the program's last printed line), "" when it shows nothing."""
     return (observation.strip().splitlines() or [""])[-1]
+
+
+_KEY_VALUES = re.compile(r"'([^']+)'")
+"""A lookup question's quoted key values ('WIIHWKB1Z3', 'Tal 7'): what singles out its record."""
+
+
+def lookup_query(question: str) -> str:
+    """A golden lookup's search query: the question's key values alone, which retrieve the record
+    more often than the whole question (48% vs 35% top-1 with MiniLM on the demo's lookups)."""
+    return " ".join(_KEY_VALUES.findall(question)) or question
+
+
+def lookup_shown(observation: str, question: str, answer: str) -> bool:
+    """Whether a search `observation` shows a lookup's `answer` in the record the question singles
+    out (its key values), not in one that happens to share the answer: what a golden lookup needs."""
+    seen = observation.lower()
+    return answer.lower() in seen and all(k.lower() in seen for k in _KEY_VALUES.findall(question))
 
 
 def _qa_item(instance: Instance) -> Any:
