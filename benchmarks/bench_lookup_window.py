@@ -20,33 +20,41 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolorchestra.episodes.pool import QAItem
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def lookups(workspace: Path) -> list[tuple[str, dict]]:
-    found = []
-    for path in sorted((workspace / "data" / "validated" / "qa").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            item = json.loads(line)
-            if item.get("category") == "lookup":
-                found.append((path.stem, item))
+def lookups(workspace: Path) -> list[tuple[str, QAItem]]:
+    """(domain, item) for every lookup of the workspace's validated QA files (read as the flow reads
+    them: a broken line is one error naming its file and line)."""
+    from toolorchestra.core.errors import ConfigError
+    from toolorchestra.episodes.pool import load_qa_file
+
+    try:
+        found = [(path.stem, item) for path in sorted((workspace / "data" / "validated" / "qa").glob("*.jsonl"))
+                 for item in load_qa_file(path) if item.category == "lookup"]
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     if not found:
         raise SystemExit(f"no lookups under {workspace / 'data/validated/qa'}: run the flow up to validate first")
     return found
 
 
-def shown(toolboxes, items: list[tuple[str, dict]]) -> dict[str, list[int]]:
+def shown(toolboxes, items: list[tuple[str, QAItem]]) -> dict[str, list[int]]:
     """Per domain, [lookups shown, lookups]; `toolboxes` maps a domain to a toolbox whose
     `local_search` is scoped to it."""
     from toolorchestra.episodes.environment import lookup_query, lookup_shown
 
     per_domain: dict[str, list[int]] = {}
     for domain, item in items:
-        result = toolboxes[domain].call("local_search", {"query": lookup_query(item["question"])})
+        result = toolboxes[domain].call("local_search", {"query": lookup_query(item.question)})
         tally = per_domain.setdefault(domain, [0, 0])
-        tally[0] += int(lookup_shown(result.observation, item["question"], str(item["answer"])))
+        tally[0] += int(lookup_shown(result.observation, item.question, str(item.answer)))
         tally[1] += 1
     return per_domain
 
