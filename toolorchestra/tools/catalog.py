@@ -73,6 +73,9 @@ class CodeInterpreterBackend(BaseModel):
     wall_time_s: float = Field(10.0, gt=0)
     memory_mb: int = Field(512, ge=64, le=65_536)
     max_output_bytes: int = Field(8000, ge=256, le=10_000_000)
+    final_answer_line: bool = Field(False, description=(
+        "a run that succeeds and prints one line holding a value (a number or short text; not None, "
+        "not a list or dict) ends the task with that line as the answer, as an `ask_program` run does"))
 
 
 class LocalSearchBackend(BaseModel):

@@ -225,7 +225,7 @@ def build_toolbox(
 
             tool = CodeInterpreter(limits=SandboxLimits(
                 wall_time_s=backend.wall_time_s, memory_mb=backend.memory_mb,
-                max_output_bytes=backend.max_output_bytes))
+                max_output_bytes=backend.max_output_bytes), final_answer_line=backend.final_answer_line)
         elif isinstance(backend, LocalSearchBackend):
             from toolorchestra.tools.local_search import LocalSearch, LocalSearchConfig
 

@@ -212,6 +212,19 @@ def test_answer_tool_ends_the_episode_and_expert_tokens_are_priced():
     assert "2+3?" in expert.seen[0][1]["content"] and "[add] 5" in expert.seen[0][1]["content"]
 
 
+def test_a_program_printing_one_value_ends_the_episode_without_another_policy_turn():
+    from toolorchestra.tools.code_interpreter import CodeInterpreter
+
+    toolbox = Toolbox([CodeInterpreter(final_answer_line=True)])
+    policy = ScriptedLLM([call("code_interpreter", code="print(17 * 23)")])
+    traj = Orchestrator(policy, toolbox).run("What is 17 * 23?")
+    assert (traj.answer, traj.stop_reason, len(traj.turns), len(policy.seen)) == ("391", "answer_tool", 1, 1)
+    # output to read on (a record) comes back as an observation, and the policy answers from it
+    policy = ScriptedLLM([call("code_interpreter", code="print({'name': 'Lima'})"), "Lima"])
+    traj = Orchestrator(policy, toolbox).run("Which city?")
+    assert (traj.answer, traj.stop_reason, len(traj.turns)) == ("Lima", "final_message", 2)
+
+
 def test_unknown_expert_alias_is_rejected_by_the_schema():
     answer = ExpertTool("answer", "d", "answer", {"big": ScriptedLLM([]), "small": ScriptedLLM([])})
     traj = Orchestrator(ScriptedLLM([call("answer", model="huge"), "x"]), Toolbox([answer])).run("q")

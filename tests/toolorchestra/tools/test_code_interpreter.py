@@ -21,7 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from toolorchestra.tools.base import ToolError, ToolOutput
-from toolorchestra.tools.code_interpreter import CodeInterpreter, SandboxLimits
+from toolorchestra.tools.code_interpreter import CodeInterpreter, SandboxLimits, answer_line
 from toolorchestra.tools.sandbox import processes
 from toolorchestra.tools.sandbox.processes import MARKER_ENV, kill_all
 
@@ -130,6 +130,27 @@ def test_syntax_error_and_sys_exit(ci: CodeInterpreter) -> None:
     assert not out.ok and "SyntaxError" in out.content
     out = ci.run({"code": "import sys\nprint('bye')\nsys.exit(3)"})
     assert not out.ok and out.data["exit_code"] == 3 and "bye" in out.content
+
+
+@pytest.mark.parametrize(
+    ("stdout", "answer"),
+    [("391\n", "391"), ("  36.0  \n\n", "36.0"), ("Zapiekanka Krakowska", "Zapiekanka Krakowska"),
+     ("True", "True"), ("step 1\n391", None), ("None", None), ("nan", None), ("", None),
+     ("{'id': 'A1', 'status': 'lost'}", None), ("[3, 4]", None), ("()", None), ("x" * 201, None)],
+)
+def test_answer_line_is_one_printed_value_and_nothing_to_read_on(stdout: str, answer: str | None) -> None:
+    assert answer_line(stdout) == answer
+
+
+def test_final_answer_line_ends_the_task_only_for_a_successful_one_value_run() -> None:
+    final = CodeInterpreter(SHORT, final_answer_line=True)
+    out = final.run({"code": "print(17 * 23)"})
+    assert out.ok and out.data["final"] and out.data["answer"] == "391"
+    assert "391" in out.content  # the observation is the same as without the option
+    for code in ("print({'id': 'A1'})", "print(1)\nprint(2)", "print(7)\nraise SystemExit(1)", "x = 1"):
+        assert not final.run({"code": code}).data.get("final"), code
+    assert final.with_files({"a.txt": b""}).final_answer_line  # a domain's view keeps the option
+    assert "final" not in CodeInterpreter(SHORT).run({"code": "print(17 * 23)"}).data  # off by default
 
 
 def test_numpy_imports_and_works() -> None:

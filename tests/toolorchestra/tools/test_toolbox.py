@@ -88,6 +88,13 @@ def test_code_interpreter_costs_per_call_and_second(settings):
     assert result.cost_usd == pytest.approx(price.per_call + price.per_second * result.latency_s)
 
 
+def test_embedded_code_interpreter_ends_the_task_with_one_printed_value(settings):
+    box = toolbox_with(Expert(""), settings, ["code_interpreter"])
+    result = box.call("code_interpreter", {"code": "print(17 * 23)"})
+    assert result.data["final"] and result.data["answer"] == "391"
+    assert not box.call("code_interpreter", {"code": "print([17, 23])"}).data.get("final")
+
+
 def test_web_search_without_key_says_not_configured(settings, monkeypatch):
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
     box = toolbox_with(Expert(""), settings, ["web_search"])
