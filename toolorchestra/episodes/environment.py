@@ -76,6 +76,9 @@ class EpisodeConfig(BaseModel):
     default_preference: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PREFERENCE))
     """The reward's weights for an instance with neither a preference nor its own default."""
     policy_alias: str | None = Field(None, description="catalog model whose prices the policy's tokens cost")
+    final_answer_line: bool | None = Field(None, description=(
+        "whether a program's one printed value ends the task (the code interpreter's `final_answer_line`); "
+        "None: as the catalog says"))
 
 
 @dataclass(repr=False)
@@ -183,8 +186,10 @@ class RolloutEnvironment:
         *,
         llm_for: Callable[[str], LLM] | None = None,
     ) -> None:
-        self.catalog, self.settings, self.domains = catalog, settings, domains
         self.config = config or EpisodeConfig()
+        if self.config.final_answer_line is not None:
+            catalog = catalog.with_final_answer_line(self.config.final_answer_line)
+        self.catalog, self.settings, self.domains = catalog, settings, domains
         self.llm_for = llm_for
         self._catalog_tools: Toolbox | None = None
         self._catalog_names: set[str] = set()

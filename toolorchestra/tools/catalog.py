@@ -246,6 +246,15 @@ class Catalog(BaseModel):
         ]
         return self.model_copy(update={"tools": tools})
 
+    def with_final_answer_line(self, on: bool) -> Catalog:
+        """The catalog with every code-interpreter backend's `final_answer_line` set to `on`."""
+        tools = [
+            t.model_copy(update={"backend": t.backend.model_copy(update={"final_answer_line": on})})
+            if isinstance(t.backend, CodeInterpreterBackend) else t
+            for t in self.tools
+        ]
+        return self.model_copy(update={"tools": tools})
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 

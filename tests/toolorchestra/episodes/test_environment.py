@@ -174,3 +174,23 @@ def test_an_offered_program_expert_pays_for_its_sandbox_run_when_the_code_tool_i
     sandbox = catalog.tool("code_interpreter").price
     assert inner == "code_interpreter" and result.data["answer"] == "42"
     assert result.cost_usd == pytest.approx(sandbox.per_call + sandbox.per_second * seconds)
+
+
+def test_a_programs_printed_value_ends_the_episode_unless_the_episode_config_turns_it_off(records_qa, settings):
+    """The embedded catalog's code interpreter ends a calculation on its printed value (the episode's
+    domain view keeps the option); `EpisodeConfig(final_answer_line=False)`, as training rollouts
+    run, leaves the reply to the policy: the same program's result is then an observation."""
+    from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
+    from toolorchestra.episodes.instance import DomainLocator
+    from toolorchestra.tools.experts import EpisodeContext
+
+    env, instances, root, catalog = records_qa
+    item = next(i for i in instances if i.task.get("program") and i.task.get("category") == "arithmetic")
+    call = {"code": item.task["program"]}
+    result = env.setup(item).toolbox.call("code_interpreter", call, EpisodeContext(task=item.question))
+    assert result.data["final"] and result.data["answer"] == str(item.answer)
+    off = RolloutEnvironment(catalog, settings, DomainLocator([root]), EpisodeConfig(final_answer_line=False))
+    result = off.setup(item).toolbox.call("code_interpreter", call, EpisodeContext(task=item.question))
+    assert result.ok and not result.data.get("final") and str(item.answer) in result.observation
+    assert catalog.code_tool().backend.final_answer_line  # the catalog itself is unchanged
+    assert not catalog.with_final_answer_line(False).code_tool().backend.final_answer_line
