@@ -142,7 +142,22 @@ def category_table(run: EvalRun, *, top: int = 3) -> str:
                 shown += f", {len(firsts) - top} more"
             cells.append(f"{sum(r.correct for r in mine)}/{len(mine)} ({shown})")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    guesses = [constant_guess(next(iter(groups.values()), {}).get(c, [])) for c in categories]
+    if any(guesses):
+        lines.append("| one answer for all | " + " | ".join(g or "-" for g in guesses) + " |")
     return "\n".join(lines)
+
+
+def constant_guess(records: list[TaskRecord]) -> str | None:
+    """What answering every item of a category with its most common gold answer would solve
+    ("9/14 ('1')"), None when the items have no gold answers (tickets). Every method ran the same
+    items, so one method's records give it: the floor a policy that answers without reading gets
+    (the 2026-12-07 demo's counts: 9 of 14 were 1, so a failed program followed by "1" scored)."""
+    golds = [str(r.judgement.get("details", {}).get("gold", "")).strip() for r in records]
+    if not golds or not all(golds):
+        return None
+    value, n = Counter(golds).most_common(1)[0]
+    return f"{n}/{len(golds)} ('{value[:20]}')"
 
 
 def paired(run: EvalRun, candidate: str = CANDIDATE) -> dict[str, Paired]:
@@ -205,7 +220,8 @@ def markdown_report(run: EvalRun, *, title: str = "Evaluation", notes: list[str]
         call_shares_table(run),
         "",
         "By task category (all benchmarks): solved / scored episodes, then each episode's first call "
-        "(`(answer)`: the first turn answered without a call).",
+        "(`(answer)`: the first turn answered without a call); the last row, what answering every item "
+        "of a category with its most common gold answer would solve.",
         "",
         category_table(run),
         "",

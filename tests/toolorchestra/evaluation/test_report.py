@@ -118,6 +118,11 @@ def test_category_table_counts_solved_episodes_and_first_calls_per_category():
     assert len(lines) == 4  # a method without scored episodes has no row
     assert "3 more" in category_table(SimpleNamespace(methods=[SimpleNamespace(name="a")], records=[
         record("a", "count", False, tool) for tool in "pqrstu"]), top=3)
+    # items with gold answers get the floor of one answer for all: 2 of 3 counts are 1
+    graded = [r.model_copy(update={"judgement": {"details": {"gold": gold}}})
+              for r, gold in zip(records[:3], ["1", "4", "1"], strict=True)]
+    lines = category_table(SimpleNamespace(methods=[SimpleNamespace(name="a")], records=graded + records[3:4])).splitlines()
+    assert lines[-1] == "| one answer for all | 2/3 ('1') | - |"
 
 
 def test_the_report_pairs_the_candidate_with_each_method_on_the_same_episodes():
