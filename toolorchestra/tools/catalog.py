@@ -239,20 +239,16 @@ class Catalog(BaseModel):
     def with_search_corpus(self, folder: Path) -> Catalog:
         """The catalog with every local-search tool indexing `folder` (e.g. a pipeline's records)."""
         documents = os.path.relpath(folder, self.base_dir) if self.base_dir else str(folder)
-        tools = [
-            t.model_copy(update={"backend": t.backend.model_copy(update={"documents": documents})})
-            if isinstance(t.backend, LocalSearchBackend) else t
-            for t in self.tools
-        ]
-        return self.model_copy(update={"tools": tools})
+        return self._with_backends(LocalSearchBackend, documents=documents)
 
     def with_final_answer_line(self, on: bool) -> Catalog:
         """The catalog with every code-interpreter backend's `final_answer_line` set to `on`."""
-        tools = [
-            t.model_copy(update={"backend": t.backend.model_copy(update={"final_answer_line": on})})
-            if isinstance(t.backend, CodeInterpreterBackend) else t
-            for t in self.tools
-        ]
+        return self._with_backends(CodeInterpreterBackend, final_answer_line=on)
+
+    def _with_backends(self, kind: type[BaseModel], **fields: Any) -> Catalog:
+        """The catalog with `fields` set on every tool backend of type `kind`."""
+        tools = [t.model_copy(update={"backend": t.backend.model_copy(update=fields)})
+                 if isinstance(t.backend, kind) else t for t in self.tools]
         return self.model_copy(update={"tools": tools})
 
     def to_dict(self) -> dict[str, Any]:
