@@ -60,7 +60,7 @@ def train_inputs(settings: Any) -> tuple[Any, Any, list[Any], Any, list[Any]]:
     params = Params.model_validate({**raw["train"], "seed": raw.get("base", {}).get("seed", 0)})
     config = train_config(params)
     deps = {name: settings.workspace / path for name, path in raw["train"]["deps"].items()}
-    catalog, instances, domains = load_inputs(config, deps)
+    catalog, instances, domains, _ = load_inputs(config, deps)
     return config, catalog, select_instances(config, instances), domains, first_call_pool(config, instances)
 
 

@@ -85,7 +85,7 @@ def _dry_run(module: Any, stage_params: Any, settings: Any) -> None:
     from stagekit.runner import existing_deps
 
     deps = existing_deps(stage_params, settings.workspace, "train")
-    catalog, instances, domains = module.load_inputs(config, deps)
+    catalog, instances, domains, validation = module.load_inputs(config, deps)
     if config.backend == "verl":
         from toolorchestra.rl.verl.launch import prepare
 
@@ -105,4 +105,9 @@ def _dry_run(module: Any, stage_params: Any, settings: Any) -> None:
     typer.echo(f"warm start: {'SFT ' + str(config.sft.steps) + ' steps' if config.sft.enabled else 'off'}; "
                f"GRPO: {config.grpo.steps} steps x {config.grpo.prompts_per_step} group(s) of "
                f"{config.grpo.num_generations} rollouts, beta={config.grpo.beta}")
+    if config.select.enabled and config.sft.enabled and validation:
+        typer.echo(f"checkpoint choice: warm start or GRPO's policy, on {len(validation)} validation instance(s)")
+    else:
+        typer.echo("checkpoint choice: off (GRPO's policy is exported)" + (
+            "" if validation or not config.select.enabled else "; the dataset has no validation split"))
     typer.echo(f"output: {stage_params.outs.get('model')}")

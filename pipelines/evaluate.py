@@ -186,6 +186,10 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     warm_start = paths.deps.get("warm_start")
     if params.methods.sft_only and warm_start is not None:
         methods.append(_sft_only(warm_start, params, settings, catalog))
+    selection = candidate.manifest.get("selection")
+    if selection:  # the train stage's checkpoint choice, on its validation split
+        notes.append(f"the candidate is {'GRPO' if selection['chosen'] == 'grpo' else 'the SFT warm start'}'s "
+                     f"policy, chosen by the train stage on {selection['n']} validation tasks: {selection['reason']}")
     judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         method_workers=params.method_workers, scheduling=params.scheduling, seed=params.seed,

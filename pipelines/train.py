@@ -12,6 +12,8 @@ Inputs (`deps`):
 Outputs: `outs.model`, the checkpoint folder (`models/orchestrator/`: safetensors, tokenizer, chat
 template, catalog, manifest); optional `outs.warm_start` (`models/warm_start/`), the SFT-only
 checkpoint in the same format, which the evaluate stage runs as the `sft_only` baseline.
+`outs.model` holds GRPO's policy, or the warm start when GRPO's solved fewer of the dataset's
+`validation` tasks (`select`; the manifest's `selection` says which and why).
 
 `backend: trl` (embedded default) runs an SFT warm start and GRPO here, on CPU or one GPU, and
 logs per-step metrics to the stage's MLflow run (with system metrics) and the checkpoint as an
@@ -43,8 +45,9 @@ def train_config(params: Params) -> TrainConfig:
     return TrainConfig.model_validate(params.model_dump(exclude={"deps", "outs"}))
 
 
-def load_inputs(config: TrainConfig, deps: dict[str, Path]) -> tuple[Any, list[Any], Any]:
-    """(catalog, training instances, domain locator) from the stage's inputs."""
+def load_inputs(config: TrainConfig, deps: dict[str, Path]) -> tuple[Any, list[Any], Any, list[Any]]:
+    """(catalog, training instances, domain locator, validation instances) from the stage's inputs;
+    no validation instances when the dataset has no `select.split`."""
     from toolorchestra.episodes.instance import DomainLocator
     from toolorchestra.episodes.rows import load_instances
     from toolorchestra.preferences.assemble import build_instances
@@ -53,11 +56,13 @@ def load_inputs(config: TrainConfig, deps: dict[str, Path]) -> tuple[Any, list[A
     catalog = load_catalog(deps["catalog"]) if "catalog" in deps else load_embedded_catalog()
     if "dataset" in deps:
         instances = load_instances(deps["dataset"], split=config.data.split)
+        validation = load_instances(deps["dataset"], split=config.select.split, missing_ok=True)
     else:
         assembly = {"seed": config.seed, **config.data.assembly}
-        instances = build_instances(deps["tasks"], catalog, preferences=deps.get("preferences"), **assembly)["train"]
+        splits = build_instances(deps["tasks"], catalog, preferences=deps.get("preferences"), **assembly)
+        instances, validation = splits["train"], splits.get("validation", [])
     roots = [deps["tasks"]] + [deps[k] for k in ("domains",) if k in deps]
-    return catalog, instances, DomainLocator(roots)
+    return catalog, instances, DomainLocator(roots), validation
 
 
 @contextlib.contextmanager
@@ -88,16 +93,16 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     if config.backend == "verl":
         from toolorchestra.rl.verl.launch import train_verl
 
-        catalog, instances, domains = load_inputs(config, paths.deps)
+        catalog, instances, domains, _ = load_inputs(config, paths.deps)
         return train_verl(config, instances, catalog=catalog, domains=domains, settings=settings, out_dir=out,
                           catalog_path=paths.deps.get("catalog"))
 
     from toolorchestra.rl.train import train_trl
 
-    catalog, instances, domains = load_inputs(config, paths.deps)
+    catalog, instances, domains, validation = load_inputs(config, paths.deps)
     with system_metrics():
         result = train_trl(config, instances, catalog=catalog, settings=settings, domains=domains, out_dir=out,
-                           warm_start_dir=paths.outs.get("warm_start"))
+                           warm_start_dir=paths.outs.get("warm_start"), validation=validation)
     if config.log_checkpoint_artifact and mlflow.active_run() is not None:
         mlflow.log_artifacts(str(result.checkpoint), artifact_path="orchestrator")
     return result.metrics

@@ -30,7 +30,8 @@ from toolorchestra.episodes.reward import CALLS_PREFIX
 from toolorchestra.tools.catalog import Price
 
 Kind = Literal["qa", "tool_use"]
-Split = Literal["train", "eval"]
+Split = Literal["train", "validation", "eval"]
+"""validation: training-domain tasks kept out of training, on which the train stage picks its checkpoint."""
 
 
 class Preference(BaseModel):

@@ -250,7 +250,7 @@ def from_verl_row(row: Mapping[str, Any], *, source: str = "<row>") -> Instance:
         raise ConfigError(source, f"not a training-instance row (verl format with extra_info): {exc}") from None
 
 
-def _rows_of_folder(path: Path, split: str) -> list[dict[str, Any]]:
+def _rows_of_folder(path: Path, split: str, missing_ok: bool = False) -> list[dict[str, Any]]:
     import datasets
 
     try:
@@ -260,6 +260,8 @@ def _rows_of_folder(path: Path, split: str) -> list[dict[str, Any]]:
                           "export (hf/, verl/, manifest.json); re-run the preferences stage") from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
+            if missing_ok:
+                return []
             raise ConfigError(path, f"no split {split!r}; the folder has {sorted(loaded)}", key="split")
         loaded = loaded[split]
     return loaded.to_list()
@@ -276,8 +278,11 @@ def _rows_of_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_instances(path: str | Path, *, split: str = "train") -> list[Instance]:
+def load_instances(path: str | Path, *, split: str = "train", missing_ok: bool = False) -> list[Instance]:
     """Instances from a `datasets` folder (`split` of a DatasetDict), a parquet file, or JSONL rows.
+
+    `missing_ok`: a folder without `split` gives no instances instead of an error, and a file gives
+    only its rows marked with `split` (a file's rows are otherwise all read, whatever their split).
 
     The `preferences` stage's export folder (`data/datasets`: `hf/`, `verl/`, `manifest.json`) is
     accepted as is and read from its `hf/` folder.
@@ -289,7 +294,7 @@ def load_instances(path: str | Path, *, split: str = "train") -> list[Instance]:
         path = path / "hf"
     rows: Iterable[Mapping[str, Any]]
     if path.is_dir():
-        rows = _rows_of_folder(path, split)
+        rows = _rows_of_folder(path, split, missing_ok)
     elif path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -297,6 +302,8 @@ def load_instances(path: str | Path, *, split: str = "train") -> list[Instance]:
     else:
         rows = _rows_of_jsonl(path)
     out = [from_verl_row(r, source=f"{path}[{i}]") for i, r in enumerate(rows)]
+    if missing_ok and not path.is_dir():
+        out = [i for i in out if i.split == split]
     ids = [i.id for i in out]
     if len(set(ids)) != len(ids):
         raise ConfigError(path, "instance ids are not unique")

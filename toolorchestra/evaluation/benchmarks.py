@@ -193,14 +193,16 @@ def _unique(ids: list[str], source: Path) -> None:
 
 
 def training_task_ids(dataset: str | Path | None) -> set[str] | None:
-    """Task ids of the exported training set, None if unknown. `dataset` is what the preferences
-    stage exports (`data/datasets`, whose `hf/` folder is used), a `datasets` folder, a parquet
-    file or JSONL rows."""
+    """Task ids of the exported training set, None if unknown: its train split and its validation
+    split (the train stage chose its checkpoint on those, so they are not held out either).
+    `dataset` is what the preferences stage exports (`data/datasets`, whose `hf/` folder is used),
+    a `datasets` folder, a parquet file or JSONL rows."""
     if dataset is None:
         return None
     from toolorchestra.episodes.rows import load_instances
 
-    return {i.task_id for i in load_instances(dataset, split="train")}
+    seen = load_instances(dataset, split="train") + load_instances(dataset, split="validation", missing_ok=True)
+    return {i.task_id for i in seen}
 
 
 def heldout_pool(pool: TaskPool, *, train_ids: set[str] | None, fraction: float, seed: int,

@@ -24,9 +24,12 @@ read the tools and prices it is given instead of memorising one catalog:
 
 Train instances use train tasks and train preferences; eval instances use held-out tasks (a seeded
 `eval_task_fraction` of each domain / QA category, whole evolution families at a time, see
-`split_units`) and eval
-preferences, so neither tasks, their evolutions, nor preferences leak. The prompt is the agent loop's: its system prompt (plus the domain policy and
-the price list) and the task with the preference appended, as `orchestra ask --preference` does.
+`split_units`) and eval preferences, so neither tasks, their evolutions, nor preferences leak.
+Validation instances (`validation_task_fraction` > 0) are carved the same way from the training
+tasks, after the eval split (so the test task list does not move), with train preferences: the
+train stage picks its checkpoint on them, so they are neither trained on nor tested on. The
+prompt is the agent loop's: its system prompt (plus the domain policy and the price list) and the
+task with the preference appended, as `orchestra ask --preference` does.
 """
 
 from __future__ import annotations
@@ -66,6 +69,12 @@ class AssemblyConfig(BaseModel):
     min_catalog_tools: int = Field(1, ge=0, le=1_000)
     price_jitter: float = Field(2.0, ge=1.0, le=100.0, description="prices scaled by [1/j, j]; 1 = none")
     eval_task_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    validation_task_fraction: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "of the training tasks (per domain / QA category, whole units), the share kept out of training as "
+        "the `validation` split, on which the train stage chooses between its warm start and GRPO's policy"))
+    validation_kinds: list[Literal["qa", "tool_use"]] = Field(
+        default_factory=lambda: ["qa", "tool_use"], min_length=1,
+        description="task kinds the validation split is carved from (the others all train)")
     heldout_domains: list[str] = Field(default_factory=list, description="domains whose every task (tool use "
                                        "and QA) is held out: the unseen-domain benchmark")
     max_tasks: int | None = Field(None, ge=1, le=10_000_000, description="cap on tasks used (a tiny profile)")
@@ -289,9 +298,15 @@ def build_instance(task: QAItem | ToolUseTask, *, split: Split, copy: int, catal
     )
 
 
+def as_pool(tasks: Iterable[Any]) -> TaskPool:
+    tasks = list(tasks)
+    return TaskPool(qa=[t for t in tasks if isinstance(t, QAItem)], tool_use=[t for t in tasks if isinstance(t, ToolUseTask)])
+
+
 def assemble(pool: TaskPool, catalog: Catalog, train_pairs: list[PreferencePair], eval_pairs: list[PreferencePair],
              config: AssemblyConfig) -> dict[Split, list[Instance]]:
-    """Train and eval instances (see the module docstring)."""
+    """Train, validation (when `validation_task_fraction` > 0) and eval instances (see the module
+    docstring)."""
     train_tasks, eval_tasks = split_tasks(pool, config.eval_task_fraction, config.seed, config.heldout_domains)
     if config.max_tasks is not None:
         rng = random.Random(config.seed)
@@ -299,8 +314,18 @@ def assemble(pool: TaskPool, catalog: Catalog, train_pairs: list[PreferencePair]
         train_tasks = sorted(rng.sample(train_tasks, min(len(train_tasks), config.max_tasks - cap_eval)),
                              key=lambda t: t.id)
         eval_tasks = sorted(rng.sample(eval_tasks, min(len(eval_tasks), cap_eval)), key=lambda t: t.id)
+    validation_tasks: list[Any] = []
+    if config.validation_task_fraction > 0:  # carved from train, after eval: the test task list is unchanged
+        kinds = {"qa": QAItem, "tool_use": ToolUseTask}
+        carved = tuple(kinds[k] for k in config.validation_kinds)
+        kept, validation_tasks = split_tasks(as_pool(t for t in train_tasks if isinstance(t, carved)),
+                                             config.validation_task_fraction, config.seed)
+        train_tasks = [*kept, *(t for t in train_tasks if not isinstance(t, carved))]
     out: dict[Split, list[Instance]] = {}
-    for split, tasks, pairs in (("train", train_tasks, train_pairs), ("eval", eval_tasks, eval_pairs)):
+    for split, tasks, pairs in (("train", train_tasks, train_pairs), ("validation", validation_tasks, train_pairs),
+                                ("eval", eval_tasks, eval_pairs)):
+        if split == "validation" and not tasks:
+            continue
         out[split] = [  # type: ignore[index]
             build_instance(task, split=split, copy=copy, catalog=catalog, preferences=pairs, config=config)  # type: ignore[arg-type]
             for task in tasks for copy in range(config.instances_per_task)

@@ -133,6 +133,9 @@ def model_card(
                                                                 if manifest.get("init_from") else ""),
               f"- training: backend `{manifest.get('backend')}`, SFT steps {steps.get('sft', 0)}, GRPO steps "
               f"{steps.get('grpo', 0)}, {manifest.get('instances', '?')} training instances",
+              *([f"- checkpoint choice (validation split, {manifest['selection']['n']} tasks): "
+                 f"{'GRPO' if manifest['selection']['chosen'] == 'grpo' else 'the SFT warm start'}'s policy: "
+                 f"{manifest['selection']['reason']}"] if manifest.get("selection") else []),
               f"- policy prices: catalog model `{manifest.get('policy_alias')}`",
               f"- weights sha256: `{manifest.get('weights_sha256', '?')}`",
               f"- MLflow run: `{run_id}`; lineage: `orchestra lineage models:/{name}/{version}`" if version else

@@ -1,7 +1,8 @@
 """The training configuration: one validated model shared by the `train` stage and `orchestra train`.
 
 Sections: `data` (which instances), `episode` (how rollouts run), `sft` (the warm start on golden
-trajectories), `grpo` (TRL's GRPOTrainer), `verl` (the cluster backend). Unknown keys are rejected
+trajectories), `grpo` (TRL's GRPOTrainer), `select` (warm start or GRPO's policy, chosen on the
+validation split), `verl` (the cluster backend). Unknown keys are rejected
 and cross-field problems are reported with how to fix them.
 
 Defaults are the embedded CPU profile for SmolLM2-135M: a short SFT warm start (the base model
@@ -208,6 +209,20 @@ class VerlSettings(BaseModel):
         return self
 
 
+class SelectSettings(BaseModel):
+    """Which policy the run exports: GRPO's, or the warm start when GRPO's solves fewer of the
+    validation split's tasks (greedy episodes, `rl.select`). Needs a warm start and a dataset with
+    that split (the preferences stage's `validation_task_fraction`); otherwise GRPO's is exported."""
+
+    model_config = _STRICT
+
+    enabled: bool = True
+    split: str = Field("validation", description="split of the datasets folder the choice is made on")
+    max_instances: int | None = Field(None, ge=1, le=1_000_000, description="cap (a seeded sample)")
+    max_drop: int = Field(0, ge=0, le=1_000_000, description=(
+        "GRPO's policy is kept when it solves at least the warm start's count minus this many"))
+
+
 MixedPrecision = Literal["auto", "bf16", "no"]
 """`train.mixed_precision`: see TrainConfig."""
 
@@ -232,6 +247,7 @@ class TrainConfig(BaseModel):
     sft: SFTSettings = SFTSettings()
     grpo: GRPOSettings = GRPOSettings()
     verl: VerlSettings = VerlSettings()
+    select: SelectSettings = SelectSettings()
     resume: bool = Field(True, description="continue from the last checkpoint of an identical interrupted run")
     log_checkpoint_artifact: bool = Field(True, description="log the final checkpoint to MLflow")
 

@@ -7,7 +7,9 @@ call. Phases, each resumable:
    tasks; the result is saved in the run's work folder and reused if the run restarts;
 2. **GRPO**: TRL's GRPOTrainer (`trl_backend`) from the warm-started model; a trainer checkpoint
    every `grpo.save_steps` in the work folder, and a restarted run continues from the last one;
-3. **export**: the final policy, tokenizer, chat template, catalog and manifest into the output
+3. **choice** (`select`): the warm start and GRPO's policy run the validation split greedily, and
+   GRPO's is exported unless it solved fewer of those tasks (`rl.select`);
+4. **export**: the chosen policy, tokenizer, chat template, catalog and manifest into the output
    folder (`checkpoint.save_checkpoint`); the work folder is then removed.
 
 The same code runs on CPU (fp32 weights; bf16 autocast where the CPU has bf16 instructions) and on
@@ -16,6 +18,7 @@ one CUDA GPU (bf16); `mixed_precision` chooses.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import statistics
@@ -189,6 +192,32 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def choose_policy(config: TrainConfig, env: RolloutEnvironment, grpo_model: Any, tokenizer: Any, warm_folder: Path,
+                  validation: list[Instance], work: Path) -> Any:
+    """GRPO's policy or the warm start (`rl.select`), or None when there is nothing to choose on."""
+    from transformers import AutoModelForCausalLM
+
+    from toolorchestra.rl.select import choose, solved, validation_sample
+
+    kept = [i for i in validation if i.kind in config.data.kinds and fits_episode(config, i)]
+    if not config.select.enabled or not kept:
+        if config.select.enabled:
+            log.warning("no validation instances: GRPO's policy is exported without a check against its warm start "
+                        "(give the preferences stage a validation_task_fraction)")
+        return None
+    kept = validation_sample(kept, config.select, config.seed)
+    started = time.perf_counter()
+    warm = AutoModelForCausalLM.from_pretrained(warm_folder)
+    runs = {name: solved(env, m, tokenizer, kept, grpo=config.grpo, model_folder=warm_folder,
+                         scratch=work / "select", name=name)
+            for name, m in (("warm_start", warm), ("grpo", grpo_model))}
+    del warm
+    selection = dataclasses.replace(choose(runs["warm_start"], runs["grpo"], config.select),
+                                    seconds=time.perf_counter() - started)
+    log.info("checkpoint choice (%.0f s): %s", selection.seconds, selection.reason)
+    return selection
+
+
 def train_trl(
     config: TrainConfig,
     instances: list[Instance],
@@ -198,11 +227,13 @@ def train_trl(
     domains: DomainLocator,
     out_dir: Path,
     warm_start_dir: Path | None = None,
+    validation: list[Instance] | None = None,
     llm_for: Any = None,
     callbacks: list[Any] | None = None,
 ) -> TrainResult:
     """Warm start, GRPO and export (see the module docstring); `out_dir` receives the checkpoint,
-    `warm_start_dir` (optional) the SFT-only one, the baseline that shows what GRPO adds."""
+    `warm_start_dir` (optional) the SFT-only one, the baseline that shows what GRPO adds.
+    `validation` (optional): the instances `select` chooses between the two policies on."""
     from toolorchestra.rl.tracking import StepMetrics
     from toolorchestra.rl.trl_backend import build_grpo_trainer
 
@@ -254,8 +285,17 @@ def train_trl(
     if resumed_step is not None:
         metrics["grpo/resumed_from_step"] = float(resumed_step)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    manifest.update(steps={"sft": config.sft.steps if config.sft.enabled else 0, "grpo": trainer.state.global_step},
-                    metrics=dict(metrics))
+    steps = {"sft": config.sft.steps if config.sft.enabled else 0, "grpo": trainer.state.global_step}
+    selection = choose_policy(config, env, model, tokenizer, start, validation or [], work) if config.sft.enabled else None
+    if selection is not None:
+        metrics.update(selection.metrics())
+        manifest["selection"] = selection.to_dict()
+        if selection.chosen == "warm_start":
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(start)
+            steps = {**steps, "grpo": 0, "grpo_run": trainer.state.global_step}
+    manifest.update(steps=steps, metrics=dict(metrics))
     save_checkpoint(model, tokenizer, out_dir, catalog=catalog, manifest=manifest)
     shutil.rmtree(work, ignore_errors=True)  # finished: nothing left to resume
     metrics["train_seconds"] = time.perf_counter() - started

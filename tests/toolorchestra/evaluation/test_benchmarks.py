@@ -175,6 +175,13 @@ def test_training_task_ids_read_the_exported_dataset(eval_tasks, catalog, tmp_pa
     assert ids == {i.task_id for i in splits["train"]}
     assert not ids & {i.task_id for i in splits["eval"]}
     assert training_task_ids(None) is None
+    # The checkpoint was chosen on the validation split: those tasks are not held out either.
+    splits = assemble(load_pool(eval_tasks), catalog, [], [],
+                      AssemblyConfig(eval_task_fraction=0.25, validation_task_fraction=0.3))
+    assert splits["validation"]
+    write_hf_dataset(splits, tmp_path / "with-validation" / "hf")
+    ids = training_task_ids(tmp_path / "with-validation")
+    assert ids == {i.task_id for i in splits["train"] + splits["validation"]}
 
 
 def test_preference_items_leave_out_tickets_the_episode_cannot_finish(eval_tasks, pairs, tmp_path):

@@ -297,3 +297,28 @@ def test_the_price_sheet_bills_a_program_experts_sandbox_run_at_the_code_tools_p
     jittered = price_sheet(catalog, ["code_interpreter", "ask_program"],
                            {"code_interpreter": Price(per_call=2e-05), "ask_program": Price()}, {"smollm2": Price()})
     assert "- ask_program: its code_interpreter run ($2e-05 per call)" in jittered
+
+
+def test_a_validation_split_is_carved_from_training_units_and_leaves_eval_unchanged(expert_catalog, validated):
+    from toolorchestra.preferences.assemble import split_units
+
+    pool = load_pool(validated)
+    config = AssemblyConfig(eval_task_fraction=0.25, seed=3)
+    before = assemble(pool, expert_catalog, [], [], config)
+    after = assemble(pool, expert_catalog, [], [], config.model_copy(update={"validation_task_fraction": 0.4}))
+    assert "validation" not in before
+
+    def ids(out, split):
+        return {i.task_id for i in out[split]}
+
+    assert ids(after, "eval") == ids(before, "eval")  # the test task list does not move
+    assert ids(after, "validation") and not ids(after, "validation") & ids(after, "train")
+    assert ids(after, "train") | ids(after, "validation") == ids(before, "train")
+    assert {i.split for i in after["validation"]} == {"validation"}
+    unit = split_units([*pool.qa, *pool.tool_use])
+    assert not {unit[t] for t in ids(after, "validation")} & {unit[t] for t in ids(after, "train")}
+    qa_only = assemble(pool, expert_catalog, [], [], config.model_copy(update={
+        "validation_task_fraction": 0.4, "validation_kinds": ["qa"]}))
+    assert qa_only["validation"] and {i.kind for i in qa_only["validation"]} == {"qa"}
+    assert {i.task_id for i in qa_only["train"] if i.kind == "tool_use"} == {
+        i.task_id for i in before["train"] if i.kind == "tool_use"}

@@ -107,3 +107,18 @@ def test_card_pairs_the_candidate_with_its_warm_start_and_the_champion():
     other = model_card(name="orchestrator", version="3", run_id="r1", manifest={}, decision=decision,
                        gate=GateConfig(), report=report, candidate="expert:big", champion=None, lock={})
     assert "## Paired" not in other  # the report paired another candidate: its counts are not this one's
+
+
+def test_card_states_the_checkpoint_choice():
+    decision = decide(Scores(accuracy=0.55, cost_mean=0.002, n=20), None, GateConfig(), baselines=BASELINES)
+    selection = {"chosen": "warm_start", "n": 30, "warm_start_solved": 20, "grpo_solved": 17, "grpo_only": 1,
+                 "warm_start_only": 4, "reason": "GRPO's policy solved 17/30 validation tasks, fewer than the warm "
+                 "start's 20/30 by more than max_drop 0: the warm start is exported", "seconds": 60.0}
+    card = model_card(name="orchestrator", version="1", run_id="r", manifest={"selection": selection,
+                      "steps": {"sft": 40, "grpo": 0, "grpo_run": 1}}, decision=decision, gate=GateConfig(),
+                      report=REPORT, candidate="trained", champion=None, lock={})
+    assert ("- checkpoint choice (validation split, 30 tasks): the SFT warm start's policy: GRPO's policy solved "
+            "17/30") in card
+    card = model_card(name="orchestrator", version="1", run_id="r", manifest={}, decision=decision, gate=GateConfig(),
+                      report=REPORT, candidate="trained", champion=None, lock={})
+    assert "checkpoint choice" not in card
