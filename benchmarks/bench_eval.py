@@ -1,6 +1,6 @@
 """Evaluation throughput: episodes per second of the evaluate stage's runner.
 
-    python benchmarks/bench_eval.py [--compare engines|scheduling|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
+    python benchmarks/bench_eval.py [--compare engines|scheduling|final-answer-line|modes] [--tasks 8] [--max-turns 2] [--max-tokens 48]
                                     [--max-policy-chars 1200] [--batch-size 16] [--workers 2]
                                     [--weights f16] [--n-ctx 16384] [--device auto] [--expert local|instant]
                                     [--expert-latency 0.0] [--model FOLDER] [--torch-threads N] [--json]
@@ -26,6 +26,12 @@ method's episodes in lockstep turns (`scheduling: lockstep`), **new** with each 
 thread (`per_episode`; llama.cpp merges their calls into its running batch). With `--json` the last line is one
 JSON object with `episodes_per_s_old`, `episodes_per_s_new`, `speedup`, `outcomes_identical`,
 `outcome_differences`.
+
+`--compare final-answer-line` runs the new path twice with one difference: **old** without the code
+interpreter's shortcut (a program's one printed value comes back to the policy, which answers on
+its next turn), **new** with it (that value ends the task; the embedded catalog's setting). It
+only shows with a policy that writes programs: pass a trained checkpoint (`--model
+models/orchestrator`); the prompted base model rarely calls the code interpreter.
 
 `--compare modes` is the older comparison on the transformers engine, serial vs concurrent:
 
@@ -130,9 +136,9 @@ def stage_methods(catalog, policy, llm_for, max_turns: int) -> list:
             m.cascade(catalog, max_turns=max_turns)]
 
 
-def compare_engines(args, settings, catalog, benches, n: int, *, scheduling: bool = False) -> dict:
-    """Old vs new path (see the module docstring): engines, or with `scheduling` the new path's
-    lockstep vs per-episode scheduling."""
+def compare_engines(args, settings, catalog, benches, n: int, *, compare: str = "engines") -> dict:
+    """Old vs new path (see the module docstring): engines; `scheduling`: the new path's lockstep vs
+    per-episode scheduling; `final-answer-line`: the new path without and with the program shortcut."""
     from toolorchestra.episodes.environment import EpisodeConfig
     from toolorchestra.evaluation.runner import EvalConfig, PromptConfig, evaluate
     from toolorchestra.llm.config import LlamaCppLLMConfig, LocalLLMConfig, build_llm
@@ -141,14 +147,20 @@ def compare_engines(args, settings, catalog, benches, n: int, *, scheduling: boo
     # old: the transformers engine, one method at a time (its forward already uses every core);
     # new: llama.cpp with the stage's method workers, each with its own engines (one core each).
     llamacpp = LlamaCppLLMConfig(model=model, weights=args.weights, n_ctx=args.n_ctx)
-    if scheduling:
+    catalogs = {"old": catalog, "new": catalog}
+    if compare == "scheduling":
         engines = {"old": (llamacpp, args.workers, "lockstep"), "new": (llamacpp, args.workers, "per_episode")}
+    elif compare == "final-answer-line":
+        engines = {"old": (llamacpp, args.workers, "auto"), "new": (llamacpp, args.workers, "auto")}
+        catalogs = {"old": catalog.with_final_answer_line(False), "new": catalog.with_final_answer_line(True)}
     else:
         engines = {"old": (LocalLLMConfig(model=model, device=args.device), 1, "auto"),
                    "new": (llamacpp, args.workers, "auto")}
     prompt = PromptConfig(max_policy_chars=args.max_policy_chars)
     results = {}
     for label, (engine, workers, schedule) in engines.items():
+        catalog = catalogs[label]
+
         def worker_models(k: int, engine=engine):
             expert = build_llm(engine, settings, replica=k) if args.expert == "local" else Instant()
             return lambda alias: expert
@@ -187,7 +199,7 @@ def compare_engines(args, settings, catalog, benches, n: int, *, scheduling: boo
 
     from toolorchestra.llm.llamacpp import built_features
 
-    return {"benchmark": "eval", "compare": "scheduling" if scheduling else "engines",
+    return {"benchmark": "eval", "compare": compare,
             "old": {"engine": engines["old"][0].kind, "scheduling": engines["old"][2]},
             "new": {"engine": engines["new"][0].kind, "scheduling": engines["new"][2]}, "tasks": n, "torch_threads": torch.get_num_threads(), "llamacpp_kernels": built_features(),
             "episodes": old["episodes"], "methods": sorted(old["accuracy"]), "max_turns": args.max_turns,
@@ -244,7 +256,8 @@ def main() -> None:
     from toolorchestra.llm.llamacpp import N_CTX
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", choices=["engines", "scheduling", "modes"], default="engines")
+    parser.add_argument("--compare", choices=["engines", "scheduling", "final-answer-line", "modes"],
+                        default="engines")
     parser.add_argument("--tasks", type=int, default=8, help="tasks (half QA, half tool use)")
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=48)
@@ -289,7 +302,7 @@ def main() -> None:
         if args.compare == "modes":
             figures = compare_modes(args, settings, catalog, benches, n)
         else:
-            figures = compare_engines(args, settings, catalog, benches, n, scheduling=args.compare == "scheduling")
+            figures = compare_engines(args, settings, catalog, benches, n, compare=args.compare)
     if args.json:
         print(json.dumps(figures, default=str))
 

@@ -144,6 +144,7 @@ def _sft_only(folder: Path, params: Params, settings: Any, catalog: Any) -> Any:
 
 
 def run(params: Params, paths: StagePaths) -> dict[str, float]:
+    from toolorchestra.core.checksum import weights_sha256
     from toolorchestra.evaluation.benchmarks import build_benchmarks, training_task_ids
     from toolorchestra.evaluation.judges import build_judge
     from toolorchestra.evaluation.methods import build_methods
@@ -185,7 +186,10 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
         device=params.device, engine=params.engine)
     warm_start = paths.deps.get("warm_start")
     if params.methods.sft_only and warm_start is not None:
-        methods.append(_sft_only(warm_start, params, settings, catalog))
+        if weights_sha256(warm_start) == candidate.sha:  # the train stage exported its warm start
+            notes.append("sft_only was not run: the warm start is the candidate itself (the same weights)")
+        else:
+            methods.append(_sft_only(warm_start, params, settings, catalog))
     selection = candidate.manifest.get("selection")
     if selection:  # the train stage's checkpoint choice, on its validation split
         notes.append(f"the candidate is {'GRPO' if selection['chosen'] == 'grpo' else 'the SFT warm start'}'s "

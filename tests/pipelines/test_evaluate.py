@@ -161,3 +161,31 @@ def test_llamacpp_engine_is_chosen_by_params_and_judges_like_transformers(worksp
     converted = list((workspace / ".orchestra" / "models" / "gguf").glob("*.gguf"))
     assert converted  # the checkpoint, base model and expert (equal weights here: one file, by weights hash)
     assert results["llamacpp"] == results["transformers"]
+
+
+def test_a_candidate_that_is_its_warm_start_is_run_once_and_the_choice_is_noted(workspace, tmp_path):
+    """The train stage exported its warm start (GRPO's policy solved fewer validation tasks): the
+    `sft_only` method would repeat the candidate's episodes, so it is not run, and the report says
+    which policy the candidate is and why."""
+    import shutil
+
+    root = tmp_path / "ws"
+    shutil.copytree(workspace, root, ignore=shutil.ignore_patterns(".orchestra", "reports"))
+    model = root / "models" / "orchestrator"
+    manifest = json.loads((model / "orchestrator.json").read_text())
+    manifest["selection"] = {"chosen": "warm_start", "n": 29, "warm_start_solved": 20, "grpo_solved": 17,
+                             "grpo_only": 1, "warm_start_only": 4, "reason": "GRPO's policy solved 17/29", "seconds": 1.0}
+    (model / "orchestrator.json").write_text(json.dumps(manifest))
+    shutil.copytree(model, root / "models" / "warm_start")
+    section = json.loads(json.dumps(SECTION))
+    section["deps"]["warm_start"] = "models/warm_start"
+    section["benchmarks"] = [{"name": "qa", "kind": "qa", "max_tasks": 1}]
+    section["methods"] = {"champion": False, "prompted": False, "experts": [], "random_router": False,
+                          "always_strongest": False, "cascade": False, "sft_only": True}
+    (root / "params.yaml").write_text(yaml.safe_dump({"base": {"seed": 3}, "evaluate": section}, sort_keys=False))
+    run_stage("evaluate", params_file=root / "params.yaml", settings=settings_of(root), track=False)
+    report = root / "reports" / "eval"
+    assert [m["name"] for m in json.loads((report / "metrics.json").read_text())["methods"]] == ["trained"]
+    text = " ".join((report / "report.md").read_text().split())
+    assert "sft_only was not run: the warm start is the candidate itself" in text
+    assert "the candidate is the SFT warm start's policy, chosen by the train stage on 29 validation tasks" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from safetensors.torch import load_file
 
+from toolorchestra.core.checksum import weights_sha256
 from toolorchestra.episodes.instance import DomainLocator
 from toolorchestra.rl.checkpoint import read_manifest
 from toolorchestra.rl.config import SelectSettings, TrainConfig
@@ -77,6 +78,8 @@ def test_a_run_whose_grpo_policy_does_worse_exports_the_warm_start(run, monkeypa
     assert manifest["steps"]["grpo"] == 0 and manifest["steps"]["grpo_run"] == 1
     exported, warm = load_file(tmp / "model" / "model.safetensors"), load_file(tmp / "warm" / "model.safetensors")
     assert exported.keys() == warm.keys() and all((exported[k] == warm[k]).all() for k in warm)
+    # byte for byte: the evaluate stage recognises the warm start as the candidate by its weights hash
+    assert weights_sha256(tmp / "model") == weights_sha256(tmp / "warm")
 
 
 def test_without_validation_instances_grpos_policy_is_exported_unchecked(run, caplog):
