@@ -207,7 +207,8 @@ def choose_policy(config: TrainConfig, env: RolloutEnvironment, grpo_model: Any,
         return None
     kept = validation_sample(kept, config.select, config.seed)
     started = time.perf_counter()
-    warm = AutoModelForCausalLM.from_pretrained(warm_folder)
+    # On the GRPO model's device: the transformers engine generates with the model where it is.
+    warm = AutoModelForCausalLM.from_pretrained(warm_folder).to(next(grpo_model.parameters()).device)
     runs = {name: solved(env, m, tokenizer, kept, grpo=config.grpo, model_folder=warm_folder,
                          scratch=work / "select", name=name)
             for name, m in (("warm_start", warm), ("grpo", grpo_model))}
