@@ -96,9 +96,10 @@ def _dry_run(module: Any, stage_params: Any, settings: Any) -> None:
         typer.echo(shlex.join(run.command))
         return
     from toolorchestra.llm.local import resolve_device
-    from toolorchestra.rl.train import select_instances
+    from toolorchestra.rl.train import select_instances, validation_instances
 
     chosen = select_instances(config, instances)
+    validation = validation_instances(config, validation)
     kinds = {k: sum(i.kind == k for i in chosen) for k in ("tool_use", "qa")}
     typer.echo(f"backend: trl on {resolve_device(config.device)}; model: {config.init_from or config.base_model}")
     typer.echo(f"instances: {len(chosen)} ({kinds['tool_use']} tool-use, {kinds['qa']} QA)")

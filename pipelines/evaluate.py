@@ -153,6 +153,7 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
     from toolorchestra.evaluation.traces import EpisodeTracer
     from toolorchestra.llm.config import as_engine, catalog_llms
     from toolorchestra.registry.policy import champion_to_compare, load_candidate
+    from toolorchestra.rl.select import exported
 
     settings = paths.settings
     candidate = load_candidate(params.model, paths.deps.get("model", paths.workspace), paths.workspace, settings,
@@ -192,8 +193,8 @@ def run(params: Params, paths: StagePaths) -> dict[str, float]:
             methods.append(_sft_only(warm_start, params, settings, catalog))
     selection = candidate.manifest.get("selection")
     if selection:  # the train stage's checkpoint choice, on its validation split
-        notes.append(f"the candidate is {'GRPO' if selection['chosen'] == 'grpo' else 'the SFT warm start'}'s "
-                     f"policy, chosen by the train stage on {selection['n']} validation tasks: {selection['reason']}")
+        notes.append(f"the candidate is {exported(selection)}, chosen by the train stage on {selection['n']} "
+                     f"validation tasks: {selection['reason']}")
     judge = build_judge(params.judge, catalog, settings, llm_for, engine=params.engine)
     config = EvalConfig(episode=params.episode, prompt=params.prompt, batch_size=params.batch_size,
                         method_workers=params.method_workers, scheduling=params.scheduling, seed=params.seed,

@@ -123,6 +123,8 @@ def model_card(
     extra_limits: list[str] | None = None,
 ) -> str:
     """The card as markdown (see the module docstring). `champion` is `{"method", "version"}` or None."""
+    from toolorchestra.rl.select import exported
+
     title = f"{name} v{version}" if version else f"{name} (candidate, not registered)"
     verdict = {True: "**promoted to champion**", False: "**kept as challenger (not promoted)**"}[decision.promote]
     lines = [f"# {title}", "", f"Gate decision: {verdict}", "", decision.summary, ""]
@@ -134,8 +136,8 @@ def model_card(
               f"- training: backend `{manifest.get('backend')}`, SFT steps {steps.get('sft', 0)}, GRPO steps "
               f"{steps.get('grpo', 0)}, {manifest.get('instances', '?')} training instances",
               *([f"- checkpoint choice (validation split, {manifest['selection']['n']} tasks): "
-                 f"{'GRPO' if manifest['selection']['chosen'] == 'grpo' else 'the SFT warm start'}'s policy: "
-                 f"{manifest['selection']['reason']}"] if manifest.get("selection") else []),
+                 f"{exported(manifest['selection'])}: {manifest['selection']['reason']}"]
+                if manifest.get("selection") else []),
               f"- policy prices: catalog model `{manifest.get('policy_alias')}`",
               f"- weights sha256: `{manifest.get('weights_sha256', '?')}`",
               f"- MLflow run: `{run_id}`; lineage: `orchestra lineage models:/{name}/{version}`" if version else

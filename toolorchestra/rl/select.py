@@ -19,7 +19,7 @@ and latency).
 from __future__ import annotations
 
 import logging
-import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -76,11 +76,9 @@ def choose(warm_start: list[bool], grpo: list[bool], settings: SelectSettings) -
                      warm_start_only=w_only, reason=reason)
 
 
-def validation_sample(instances: list[Instance], settings: SelectSettings, seed: int) -> list[Instance]:
-    """The validation instances the choice runs: all, or a seeded sample of `max_instances`."""
-    if settings.max_instances is None or len(instances) <= settings.max_instances:
-        return list(instances)
-    return sorted(random.Random(seed).sample(instances, settings.max_instances), key=lambda i: i.id)
+def exported(selection: Mapping[str, Any]) -> str:
+    """Which policy a manifest's `selection` exported, in words (the model card, the evaluation's notes)."""
+    return "GRPO's policy" if selection["chosen"] == "grpo" else "the SFT warm start's policy"
 
 
 def solved(env: RolloutEnvironment, model: Any, tokenizer: Any, instances: list[Instance], *,

@@ -69,17 +69,30 @@ def fits_episode(config: TrainConfig, instance: Instance) -> bool:
     return instance.kind != "tool_use" or fits_actions(instance.tau2_task, config.data.max_actions)
 
 
-def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
-    """The instances this run trains on: by kind, golden-call count, then a seeded cap."""
+def playable(config: TrainConfig, instances: list[Instance], cap: int | None) -> list[Instance]:
+    """The instances of this run's kinds short enough to play whole (`fits_episode`), then a seeded
+    sample of `cap` when there are more."""
     import random
 
     kept = [i for i in instances if i.kind in config.data.kinds and fits_episode(config, i)]
-    if config.data.max_instances is not None and len(kept) > config.data.max_instances:
-        kept = sorted(random.Random(config.seed).sample(kept, config.data.max_instances), key=lambda i: i.id)
+    if cap is not None and len(kept) > cap:
+        kept = sorted(random.Random(config.seed).sample(kept, cap), key=lambda i: i.id)
+    return kept
+
+
+def select_instances(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
+    """The instances this run trains on: by kind, golden-call count, then a seeded cap."""
+    kept = playable(config, instances, config.data.max_instances)
     if not kept:
         raise ConfigError(None, f"no training instances left after filtering (kinds={config.data.kinds}, "
                           f"max_actions={config.data.max_actions}); loosen train.data", key="train.data")
     return kept
+
+
+def validation_instances(config: TrainConfig, validation: list[Instance]) -> list[Instance]:
+    """The validation instances the checkpoint choice runs: filtered as the training ones are, then
+    capped by `select.max_instances`."""
+    return playable(config, validation, config.select.max_instances)
 
 
 def first_call_pool(config: TrainConfig, instances: list[Instance]) -> list[Instance]:
@@ -197,15 +210,14 @@ def choose_policy(config: TrainConfig, env: RolloutEnvironment, grpo_model: Any,
     """GRPO's policy or the warm start (`rl.select`), or None when there is nothing to choose on."""
     from transformers import AutoModelForCausalLM
 
-    from toolorchestra.rl.select import choose, solved, validation_sample
+    from toolorchestra.rl.select import choose, solved
 
-    kept = [i for i in validation if i.kind in config.data.kinds and fits_episode(config, i)]
+    kept = validation_instances(config, validation)
     if not config.select.enabled or not kept:
         if config.select.enabled:
             log.warning("no validation instances: GRPO's policy is exported without a check against its warm start "
                         "(give the preferences stage a validation_task_fraction)")
         return None
-    kept = validation_sample(kept, config.select, config.seed)
     started = time.perf_counter()
     # On the GRPO model's device: the transformers engine generates with the model where it is.
     warm = AutoModelForCausalLM.from_pretrained(warm_folder).to(next(grpo_model.parameters()).device)

@@ -10,8 +10,8 @@ from toolorchestra.core.checksum import weights_sha256
 from toolorchestra.episodes.instance import DomainLocator
 from toolorchestra.rl.checkpoint import read_manifest
 from toolorchestra.rl.config import SelectSettings, TrainConfig
-from toolorchestra.rl.select import choose, validation_sample
-from toolorchestra.rl.train import train_trl
+from toolorchestra.rl.select import choose
+from toolorchestra.rl.train import train_trl, validation_instances
 
 
 def test_grpo_is_kept_unless_it_solves_fewer():
@@ -30,9 +30,10 @@ def test_grpo_is_kept_unless_it_solves_fewer():
 
 def test_the_validation_sample_is_seeded(splits):
     pool = splits["train"]
-    assert validation_sample(pool, SelectSettings(), 0) == pool
-    a = validation_sample(pool, SelectSettings(max_instances=2), 0)
-    assert len(a) == 2 and a == validation_sample(pool, SelectSettings(max_instances=2), 0)
+    assert validation_instances(TrainConfig(), pool) == pool
+    capped = TrainConfig.model_validate({"select": {"max_instances": 2}})
+    a = validation_instances(capped, pool)
+    assert len(a) == 2 and a == validation_instances(capped, pool)
 
 
 def run_config(tiny_dir):
