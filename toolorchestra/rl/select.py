@@ -9,7 +9,9 @@ Choosing on the test tasks would make the reported figures a selection's; the va
 nor tested on) is what the choice may read.
 
 Both policies run the validation tasks greedily (temperature 0), in lockstep, through the
-training environment and the rollout engine (`grpo.rollout_engine`: llama.cpp exports the weights
+training environment as the exported policy will be served (the catalog's own code-interpreter
+shortcut, which rollouts turn off: a program's printed value ends the episode, as at evaluation;
+`rl.train.served_environment`) and the rollout engine (`grpo.rollout_engine`: llama.cpp exports the weights
 to GGUF once a policy; transformers generates with the model itself); an episode is solved when
 the environment's judgement says so. GRPO's policy is kept unless it solves more than
 `select.max_drop` fewer tasks than the warm start; ties keep GRPO's (its reward also weighed cost

@@ -7,11 +7,12 @@ import pytest
 from safetensors.torch import load_file
 
 from toolorchestra.core.checksum import weights_sha256
+from toolorchestra.episodes.environment import EpisodeConfig, RolloutEnvironment
 from toolorchestra.episodes.instance import DomainLocator
 from toolorchestra.rl.checkpoint import read_manifest
 from toolorchestra.rl.config import SelectSettings, TrainConfig
 from toolorchestra.rl.select import choose
-from toolorchestra.rl.train import train_trl, validation_instances
+from toolorchestra.rl.train import served_environment, train_trl, validation_instances
 
 
 def test_grpo_is_kept_unless_it_solves_fewer():
@@ -88,3 +89,21 @@ def test_without_validation_instances_grpos_policy_is_exported_unchecked(run, ca
     result = train(validation=[])
     assert "selection" not in read_manifest(result.checkpoint) and "select/n" not in result.metrics
     assert "no validation instances" in caplog.text
+
+
+def test_the_choice_runs_the_policies_with_the_catalogs_own_shortcut(records_qa, settings, tiny_dir):
+    """Rollouts may turn the code interpreter's shortcut off (`episode.final_answer_line: false`);
+    the exported policy is served with the catalog's own setting, so the choice runs there."""
+    from toolorchestra.tools.experts import EpisodeContext
+
+    _, instances, root, catalog = records_qa
+    config = run_config(tiny_dir).model_copy(update={"episode": EpisodeConfig(final_answer_line=False)})
+    training = RolloutEnvironment(catalog, settings, DomainLocator([root]), config.episode)
+    served = served_environment(config, training, catalog)
+    item = next(i for i in instances if i.task.get("category") == "arithmetic")
+    call, context = {"code": item.task["program"]}, EpisodeContext(task=item.question)
+    assert not training.setup(item).toolbox.call("code_interpreter", call, context).data.get("final")
+    assert served.setup(item).toolbox.call("code_interpreter", call, context).data["final"]
+    assert served.config.max_turns == training.config.max_turns  # only the shortcut differs
+    unset = run_config(tiny_dir)
+    assert served_environment(unset, training, catalog) is training  # nothing overridden: the same environment
