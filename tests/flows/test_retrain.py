@@ -32,7 +32,7 @@ def dvc_status(workspace):
         return repo.status()
 
 
-def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch, capsys):
+def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     from flows.retrain import retrain
     from stagekit.graph import stage_order
     from stagekit.lineage import lineage
@@ -109,20 +109,6 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch, ca
     listed = json.loads(result.stdout)
     assert listed[0]["run_id"] == parent.info.run_id
     assert listed[0]["metrics"] == {"validate.tasks_kept": validate.metrics["tasks_kept"]}
-
-    # the checkpoint choice's benchmark reads the run's workspace: params, validation split, both checkpoints
-    import importlib.util
-
-    from helpers.workspaces import REPO
-
-    spec = importlib.util.spec_from_file_location("bench_select", REPO / "benchmarks" / "bench_select.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    capsys.readouterr()
-    assert bench.main(["--json", "--scratch", str(workspace / ".orchestra" / "bench_select")]) == 0
-    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert doc["items"] == 2 and set(doc["solved"]) == {"models/warm_start", "models/orchestrator"}
-    assert doc["seconds_old"] > 0 and doc["seconds_new"] > 0 and isinstance(doc["outcome_differences"], list)
 
     second = retrain(workspace=str(workspace))
     assert not any(o.ran for o in second)
