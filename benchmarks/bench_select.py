@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     config, catalog, rollout_env, items = choice_inputs(workspace)
     if not items:
         parser.error("the dataset has no validation instances (run the preferences stage with a validation_task_fraction)")
-    arms = {"old": rollout_env, "new": served_environment(config, rollout_env, catalog)}
+    arms = {"old": rollout_env, "new": served_environment(rollout_env, catalog)}
     if arms["new"] is rollout_env:
         print("note: train.episode.final_answer_line is unset: both arms run the same environment")
     seconds = {"old": 0.0, "new": 0.0}

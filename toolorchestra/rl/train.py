@@ -205,13 +205,14 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def served_environment(config: TrainConfig, env: RolloutEnvironment, catalog: Catalog) -> RolloutEnvironment:
+def served_environment(env: RolloutEnvironment, catalog: Catalog) -> RolloutEnvironment:
     """The environment the exported policy will meet: the catalog's own code-interpreter shortcut,
-    which the rollouts may override (`episode.final_answer_line`); the choice judges policies there."""
-    if config.episode.final_answer_line is None:
+    which the rollouts may override (`episode.final_answer_line`; `env.catalog` then carries the
+    override, hence `catalog` as given); the choice judges policies there."""
+    if env.config.final_answer_line is None:
         return env
     return RolloutEnvironment(catalog, env.settings, env.domains,
-                              config.episode.model_copy(update={"final_answer_line": None}), llm_for=env.llm_for)
+                              env.config.model_copy(update={"final_answer_line": None}), llm_for=env.llm_for)
 
 
 def choose_policy(config: TrainConfig, env: RolloutEnvironment, grpo_model: Any, tokenizer: Any, warm_folder: Path,
@@ -308,7 +309,7 @@ def train_trl(
         metrics["grpo/resumed_from_step"] = float(resumed_step)
     model = trainer.accelerator.unwrap_model(trainer.model)
     steps = {"sft": config.sft.steps if config.sft.enabled else 0, "grpo": trainer.state.global_step}
-    selection = (choose_policy(config, served_environment(config, env, catalog), model, tokenizer, start,
+    selection = (choose_policy(config, served_environment(env, catalog), model, tokenizer, start,
                                validation or [], work) if config.sft.enabled else None)
     if selection is not None:
         metrics.update(selection.metrics())

@@ -99,11 +99,11 @@ def test_the_choice_runs_the_policies_with_the_catalogs_own_shortcut(records_qa,
     _, instances, root, catalog = records_qa
     config = run_config(tiny_dir).model_copy(update={"episode": EpisodeConfig(final_answer_line=False)})
     training = RolloutEnvironment(catalog, settings, DomainLocator([root]), config.episode)
-    served = served_environment(config, training, catalog)
+    served = served_environment(training, catalog)
     item = next(i for i in instances if i.task.get("category") == "arithmetic")
     call, context = {"code": item.task["program"]}, EpisodeContext(task=item.question)
     assert not training.setup(item).toolbox.call("code_interpreter", call, context).data.get("final")
     assert served.setup(item).toolbox.call("code_interpreter", call, context).data["final"]
     assert served.config.max_turns == training.config.max_turns  # only the shortcut differs
-    unset = run_config(tiny_dir)
-    assert served_environment(unset, training, catalog) is training  # nothing overridden: the same environment
+    unset = RolloutEnvironment(catalog, settings, DomainLocator([root]), run_config(tiny_dir).episode)
+    assert served_environment(unset, catalog) is unset  # nothing overridden: the same environment
