@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolorchestra.agent.trajectory import Trajectory, Turn
+from toolorchestra.agent.trajectory import Trajectory, Turn, reused_prompt_tokens
 from toolorchestra.llm.base import LLM, Completion, LLMError, Message, Usage
 from toolorchestra.llm.hermes import MalformedToolCall, ParsedCall, parse_arguments, parse_tool_call
 from toolorchestra.tools.catalog import Price
@@ -229,7 +229,7 @@ class Orchestrator:
         if refused is not None:
             return time.time(), refused
         if episode.budget_usd is not None and isinstance(completion, Completion):
-            bound = self.policy_price.tokens_cost(completion.usage)  # this turn's policy cost is spent
+            bound = self.policy_price.tokens_cost(completion.usage, reused_prompt_tokens(turns))  # spent
             bound += episode.toolbox.cost_bound(call.name, call.arguments, episode.context)
             if episode.over_budget(bound):
                 return None
@@ -279,7 +279,7 @@ class Orchestrator:
         if isinstance(completion, LLMError):
             episode.finish("policy_error", str(completion))
             return
-        policy_cost = self.policy_price.tokens_cost(completion.usage)
+        policy_cost = self.policy_price.tokens_cost(completion.usage, reused_prompt_tokens(trajectory.turns))
         turn = Turn(index=index, text=completion.text, policy_usage=completion.usage,
                     cost_usd=policy_cost, latency_s=completion.latency_s, started_at=started)
         self._apply(episode, turn, completion, call, acted)

@@ -46,6 +46,15 @@ def model_calls(turns: list[Turn] | list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def reused_prompt_tokens(earlier: list[Turn]) -> int:
+    """Of the next policy turn's prompt, the tokens billed at the cached input price: the previous
+    turn's whole prompt, which the next one repeats word for word (the transcript only grows) and a
+    prefix cache keeps, as llama.cpp's engine and every serving stack with prefix caching do. A
+    stated rule rather than the engine's `cached_prompt_tokens`, which also counts what other
+    episodes left in the cache: an episode's cost must not depend on what ran before it."""
+    return earlier[-1].policy_usage.prompt_tokens if earlier else 0
+
+
 class Trajectory(BaseModel):
     task: str
     preference: str | None = None

@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolorchestra.agent.loop import Orchestrator
-from toolorchestra.agent.trajectory import Trajectory, Turn
+from toolorchestra.agent.trajectory import Trajectory, Turn, reused_prompt_tokens
 from toolorchestra.core.errors import ConfigError
 from toolorchestra.core.settings import Settings
 from toolorchestra.envs.records import MODULE
@@ -312,8 +312,8 @@ class RolloutEnvironment:
         rollouts = []
         for setup, trajectory in zip(setups, trajectories, strict=True):
             price = self.policy_price(setup.instance)
-            for turn in trajectory.turns:  # the policy's own tokens, at this instance's price
-                turn.cost_usd += price.tokens_cost(turn.policy_usage)
+            for i, turn in enumerate(trajectory.turns):  # the policy's own tokens, at this instance's price
+                turn.cost_usd += price.tokens_cost(turn.policy_usage, reused_prompt_tokens(trajectory.turns[:i]))
             trajectory.preference = setup.instance.preference.instruction if setup.instance.preference else None
             correct, details = score_rollout(setup.instance, trajectory, setup.env)
             rollouts.append(Rollout(instance=setup.instance, trajectory=trajectory, tools=setup.specs,

@@ -10,7 +10,7 @@ RL data format (`verl.utils.dataset.RLHFDataset`):
 | `prompt` | chat messages `[{role, content}]`: the system prompt (policy, prices) and the task |
 | `ability` | `qa` or `tool_use` |
 | `reward_model` | `{"style": "rule", "ground_truth": <JSON text>}`: the QA answer or the tool-use evaluation criteria |
-| `extra_info` | `index`, `split`, `instance_id`, `task_id`, `task_kind`, `domain`, `agent_name`, `tools` and `tool_selection` (offered tools, which verl's `ToolAgentLoop` uses to filter its tools per sample), `catalog_tools`, `tool_prices` / `model_prices` (lists of `{name, input_per_mtok, output_per_mtok, per_call, per_second}`), `preference` (`{id, kind, instruction, weights: [{key, weight}]}` or null), `default_preference` (the reward's `[{key, weight}]` when there is no preference, or null; absent in rows written before it existed), `task` (the task's JSON text), `tools_kwargs` (per tool of the file `{create_kwargs: {instance_id, task_id, domain}}`, what verl hands a `BaseTool.create`) |
+| `extra_info` | `index`, `split`, `instance_id`, `task_id`, `task_kind`, `domain`, `agent_name`, `tools` and `tool_selection` (offered tools, which verl's `ToolAgentLoop` uses to filter its tools per sample), `catalog_tools`, `tool_prices` / `model_prices` (lists of `{name, input_per_mtok, output_per_mtok, per_call, per_second, cached_input_per_mtok}`; the last null, or absent in rows written before it existed, for the input price), `preference` (`{id, kind, instruction, weights: [{key, weight}]}` or null), `default_preference` (the reward's `[{key, weight}]` when there is no preference, or null; absent in rows written before it existed), `task` (the task's JSON text), `tools_kwargs` (per tool of the file `{create_kwargs: {instance_id, task_id, domain}}`, what verl hands a `BaseTool.create`) |
 | `agent_name` | the verl agent loop, `tool_agent` by default (without it verl never calls tools) |
 
 The Arrow schema is explicit so every row has the same types, whatever its preference or tools:
@@ -32,7 +32,7 @@ from toolorchestra.core.errors import ConfigError
 from toolorchestra.episodes.instance import Instance, Preference, Split
 from toolorchestra.tools.catalog import Price
 
-_PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_call", "per_second")
+_PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_call", "per_second", "cached_input_per_mtok")
 
 
 def dumps(value: Any) -> str:
@@ -41,7 +41,7 @@ def dumps(value: Any) -> str:
 
 
 def price_type() -> Any:
-    """A `tool_prices` / `model_prices` entry: `{name, input_per_mtok, output_per_mtok, per_call, per_second}`."""
+    """A `tool_prices` / `model_prices` entry: `{name, input_per_mtok, output_per_mtok, per_call, per_second, cached_input_per_mtok}`."""
     import pyarrow as pa
 
     return pa.struct([("name", pa.string()), *((f, pa.float64()) for f in _PRICE_FIELDS)])
@@ -93,7 +93,11 @@ def arrow_schema(tool_names: list[str]) -> Any:
 
 def price_rows(prices: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Prices per name (`Price` objects) as `price_type()` rows, in the mapping's order."""
-    return [{"name": name, **{f: float(getattr(p, f)) for f in _PRICE_FIELDS}} for name, p in prices.items()]
+    return [{"name": name, **{f: _usd(getattr(p, f)) for f in _PRICE_FIELDS}} for name, p in prices.items()]
+
+
+def _usd(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def weight_rows(vector: Mapping[str, float]) -> list[dict[str, Any]]:
@@ -195,7 +199,8 @@ def decode_extra_info(extra_info: Mapping[str, Any]) -> dict[str, Any]:
     out["preference_vector"] = {w["key"]: w["weight"] for w in pref["weights"]} if pref else None
     out["default_preference"] = _vector(extra_info.get("default_preference"))
     for key in ("tool_prices", "model_prices"):
-        out[key] = {p["name"]: {f: p[f] for f in _PRICE_FIELDS} for p in extra_info.get(key) or []}
+        # .get: rows written before `cached_input_per_mtok` existed lack it (the input price then)
+        out[key] = {p["name"]: {f: p.get(f) for f in _PRICE_FIELDS} for p in extra_info.get(key) or []}
     out["task"] = json.loads(extra_info["task"]) if isinstance(extra_info.get("task"), str) else extra_info.get("task")
     offered = set(extra_info.get("tools") or [])
     out["tools_kwargs"] = {k: v for k, v in (extra_info.get("tools_kwargs") or {}).items() if k in offered and v}

@@ -58,9 +58,10 @@ class Usage(BaseModel):
     cached_prompt_tokens: int = 0
     """Of `prompt_tokens`, those the engine read from its prefix cache instead of computing them
     (llama.cpp's live sequences, an OpenAI-compatible server's `prompt_tokens_details.cached_tokens`).
-    Reported, not discounted: how many hit the cache depends on what ran before, so a cheaper
-    cache-hit price would make an episode's cost depend on its neighbours (and a preference run
-    that follows its neutral twin would look thriftier for free)."""
+    Reported, not billed: how many hit the cache depends on what ran before, so pricing these would
+    make an episode's cost depend on its neighbours (and a preference run that follows its neutral
+    twin would look thriftier for free). The cached input price applies instead to the tokens a
+    stated rule names (`toolorchestra.agent.trajectory.reused_prompt_tokens`)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(

@@ -180,7 +180,7 @@ def perturbed(price: Price, rng: random.Random, jitter: float) -> Price:
     if jitter == 1.0:
         return price
     factor = math.exp(rng.uniform(-math.log(jitter), math.log(jitter)))
-    return Price(**{k: float(f"{v * factor:.6g}") for k, v in price.model_dump().items()})
+    return Price(**{k: None if v is None else float(f"{v * factor:.6g}") for k, v in price.model_dump().items()})
 
 
 def perturbed_weights(vector: dict[str, float], rng: random.Random, jitter: float) -> dict[str, float]:

@@ -52,9 +52,24 @@ class Price(BaseModel):
     output_per_mtok: float = Field(0.0, ge=0)
     per_call: float = Field(0.0, ge=0)
     per_second: float = Field(0.0, ge=0)
+    cached_input_per_mtok: float | None = Field(None, ge=0, description=(
+        "a prompt token that repeats the episode's own previous turn (a prefix cache keeps it; "
+        "providers bill such 'cached input' at about a tenth); None: the input price"))
 
-    def tokens_cost(self, usage: Usage) -> float:
-        return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
+    @model_validator(mode="after")
+    def _cached_not_dearer(self) -> Price:
+        if self.cached_input_per_mtok is not None and self.cached_input_per_mtok > self.input_per_mtok:
+            raise ValueError("cached_input_per_mtok cannot exceed input_per_mtok")
+        return self
+
+    def tokens_cost(self, usage: Usage, reused_prompt_tokens: int = 0) -> float:
+        """USD for `usage`; the first `reused_prompt_tokens` of its prompt (at most all of it) at the
+        cached input price. Which tokens count as reused is the caller's stated rule
+        (`toolorchestra.agent.trajectory.reused_prompt_tokens`), not the engine's cache hits."""
+        reused = min(max(reused_prompt_tokens, 0), usage.prompt_tokens)
+        cached = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+        return ((usage.prompt_tokens - reused) * self.input_per_mtok + reused * cached
+                + usage.completion_tokens * self.output_per_mtok) / 1e6
 
 
 class ModelEntry(BaseModel):

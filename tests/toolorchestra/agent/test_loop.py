@@ -89,6 +89,18 @@ def test_happy_path_records_call_observation_cost_and_answer():
     assert policy.seen[1][-1] == {"role": "tool", "content": "5"}
 
 
+def test_a_later_turn_bills_the_previous_turns_prompt_at_the_cached_price_whatever_the_engine_reports():
+    replies = [Completion(text=call("add", a=2, b=3), usage=Usage(prompt_tokens=600, completion_tokens=20)),
+               # the engine found 630 in its cache (other episodes left some): not what is billed
+               Completion(text="5", usage=Usage(prompt_tokens=640, completion_tokens=5, cached_prompt_tokens=630))]
+    toolbox = Toolbox([Add()], prices={"add": Price(per_call=0.01)})
+    price = Price(input_per_mtok=1.0, cached_input_per_mtok=0.1, output_per_mtok=2.0)
+    traj = Orchestrator(ScriptedLLM(replies), toolbox, policy_price=price).run("What is 2 + 3?")
+    first, second = traj.turns
+    assert first.cost_usd == pytest.approx((600 * 1.0 + 20 * 2.0) / 1e6 + 0.01)  # a first turn reuses nothing
+    assert second.cost_usd == pytest.approx((600 * 0.1 + 40 * 1.0 + 5 * 2.0) / 1e6)
+
+
 @pytest.mark.parametrize(
     ("reply", "error", "needle"),
     [

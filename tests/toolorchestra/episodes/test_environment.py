@@ -20,9 +20,14 @@ def test_golden_policy_solves_every_tool_use_instance_with_metrics(make_env, too
         metrics = rollout.metrics()
         for action in instance.tau2_task.actions:
             assert metrics[f"calls/{action.name}"] >= 1
-        # The policy's tokens are priced at this instance's (perturbed) price for the policy model.
+        # The policy's tokens are priced at this instance's (perturbed) price for the policy model;
+        # every turn after the first rereads the previous turn's 400-token prompt at the cached price.
         price = env.policy_price(instance)
-        assert metrics["cost"] == pytest.approx(len(rollout.trajectory.turns) * (400 * price.input_per_mtok + 30 * price.output_per_mtok) / 1e6)
+        assert price.cached_input_per_mtok is not None and price.cached_input_per_mtok < price.input_per_mtok
+        later = len(rollout.trajectory.turns) - 1
+        assert later >= 1 and metrics["cost"] == pytest.approx(
+            (400 * price.input_per_mtok + later * 400 * price.cached_input_per_mtok
+             + (later + 1) * 30 * price.output_per_mtok) / 1e6)
         assert metrics["latency"] > 0
 
 

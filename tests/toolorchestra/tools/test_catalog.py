@@ -55,6 +55,18 @@ def test_price_of_tokens_is_per_million():
     assert price.tokens_cost(Usage(prompt_tokens=1_000_000, completion_tokens=100_000)) == pytest.approx(2.25)
 
 
+def test_reused_prompt_tokens_cost_the_cached_input_price_and_no_more_than_the_prompt_holds():
+    usage = Usage(prompt_tokens=1_000_000, completion_tokens=100_000)
+    price = Price(input_per_mtok=1.25, cached_input_per_mtok=0.125, output_per_mtok=10.0)
+    assert price.tokens_cost(usage, reused_prompt_tokens=600_000) == pytest.approx(0.5 + 0.075 + 1.0)
+    assert price.tokens_cost(usage, reused_prompt_tokens=5_000_000) == pytest.approx(0.125 + 1.0)  # capped
+    assert price.tokens_cost(usage) == pytest.approx(2.25)  # nothing reused: the input price
+    # no cached price stated: reused tokens cost the input price (catalogs written before it)
+    assert Price(input_per_mtok=1.25, output_per_mtok=10.0).tokens_cost(usage, 600_000) == pytest.approx(2.25)
+    with pytest.raises(ValueError, match="cannot exceed input_per_mtok"):
+        Price(input_per_mtok=0.1, cached_input_per_mtok=0.2)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

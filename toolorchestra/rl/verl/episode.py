@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.agent.loop import repeated_failure
-from toolorchestra.agent.trajectory import Trajectory, Turn
+from toolorchestra.agent.trajectory import Trajectory, Turn, reused_prompt_tokens
 from toolorchestra.episodes.environment import EpisodeConfig, EpisodeSetup, RolloutEnvironment, answered, score_rollout
 from toolorchestra.episodes.instance import DomainLocator, Instance
 from toolorchestra.llm.base import Usage
@@ -95,7 +95,8 @@ class VerlEpisode:
         calls = iter(self.calls)
         for index, (text, context_tokens, generated) in enumerate(segments):
             usage = Usage(prompt_tokens=context_tokens, completion_tokens=generated)
-            turn = Turn(index=index, text=text, policy_usage=usage, cost_usd=price.tokens_cost(usage),
+            cost = price.tokens_cost(usage, reused_prompt_tokens(trajectory.turns))
+            turn = Turn(index=index, text=text, policy_usage=usage, cost_usd=cost,
                         latency_s=generate_s * generated / total_generated)
             trajectory.messages.append({"role": "assistant", "content": text})
             try:

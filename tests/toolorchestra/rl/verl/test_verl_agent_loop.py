@@ -151,3 +151,16 @@ def test_a_verl_episode_answers_a_repeat_of_the_call_that_just_failed_unrun(make
     assert (first.ok, first.error) == (False, "tool_error")
     assert (repeat.ok, repeat.error, repeat.cost_usd) == (False, "repeated_call", 0.0) and "not run" in repeat.observation
     assert right.ok
+
+
+def test_a_verl_trajectory_bills_each_turns_repeat_of_the_previous_context_at_the_cached_price(make_env, tool_use):
+    from toolorchestra.rl.verl.episode import VerlEpisode
+
+    env = make_env()
+    episode = VerlEpisode.start(env, tool_use[0])
+    trajectory = episode.trajectory([('<tool_call>{"name": oops}</tool_call>', 500, 20), ("Bye.", 560, 5)], 1.0)
+    price = env.policy_price(tool_use[0])
+    first, second = trajectory.turns
+    assert first.cost_usd == pytest.approx((500 * price.input_per_mtok + 20 * price.output_per_mtok) / 1e6)
+    assert second.cost_usd == pytest.approx(
+        (500 * price.cached_input_per_mtok + 60 * price.input_per_mtok + 5 * price.output_per_mtok) / 1e6)
