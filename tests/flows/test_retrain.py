@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -109,6 +111,17 @@ def test_full_run_noop_rerun_forced_stage_and_lineage(workspace, monkeypatch):
     listed = json.loads(result.stdout)
     assert listed[0]["run_id"] == parent.info.run_id
     assert listed[0]["metrics"] == {"validate.tasks_kept": validate.metrics["tasks_kept"]}
+
+    # The checkpoint choice's benchmark reads this workspace (params, validation split, both
+    # checkpoints). Its own process: in this one its console would bind to pytest's capture.
+    from helpers.workspaces import REPO
+
+    bench = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_select.py"), "--json"],
+                           cwd=workspace, capture_output=True, text=True, timeout=600)
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    doc = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert doc["items"] == 2 and set(doc["solved"]) == {"models/warm_start", "models/orchestrator"}
+    assert doc["seconds_old"] > 0 and doc["seconds_new"] > 0 and isinstance(doc["outcome_differences"], list)
 
     second = retrain(workspace=str(workspace))
     assert not any(o.ran for o in second)
